@@ -1,0 +1,35 @@
+# mlsys-labs: `make test` and `make grade` work on a fresh machine with Python >= 3.10 and make.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+ARGS   ?=
+
+.PHONY: test grade selfcheck lint bench release clean-venv
+
+$(STAMP): requirements.txt constraints.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt -c constraints.txt
+	@touch $(STAMP)
+
+## make test: the project's own tests (harness, grader), then the selfcheck of every assignment.
+test: $(STAMP)
+	$(PY) -m pytest -n 2 harness/tests grader/tests
+	$(PY) -m grader selfcheck
+
+## make grade ARGS="ring_allreduce --impl solutions": grade public + hidden suites.
+grade: $(STAMP)
+	$(PY) -m grader grade $(ARGS)
+
+selfcheck: $(STAMP)
+	$(PY) -m grader selfcheck $(ARGS)
+
+bench: $(STAMP)
+	$(PY) -m grader bench $(ARGS)
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+
+clean-venv:
+	rm -rf $(VENV)
