@@ -1,0 +1,342 @@
+"""`launch`: run one function on N fresh rank processes and return what each returned.
+
+Rank processes are forked from a forkserver that has torch and the harness preloaded (stdlib
+multiprocessing 'forkserver' context), rendezvous through a FileStore in a fresh temp dir (no
+ports), and are watched until all return, one fails, or the wall-clock limit passes. On a failure
+the other ranks are killed at once; on a timeout every live rank's Python stack is dumped
+(faulthandler) before the whole tree is killed. No rank process outlives the call.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import multiprocessing
+import multiprocessing.forkserver
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from multiprocessing.connection import wait
+from typing import Any
+
+import torch
+
+from harness import payload, proctree
+from harness.commlog import CommRecord, Forbid
+from harness.errors import (
+    ForbiddenCallError,
+    NotImplementedInRank,
+    PayloadError,
+    RankExit,
+    RankFailure,
+    RankTimeout,
+)
+from harness.impl import resolve_impl
+from harness.rankmain import RankJob, rank_entry
+from harness.stacks import summarize_stack
+
+PRELOAD = ["harness.rankmain", "pytest", "numpy", "hypothesis", "grader.compare"]
+RANK_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+            "TORCH_SHOW_CPP_STACKTRACES": "0", "PYTHONFAULTHANDLER": "0"}
+OUTPUT_TAIL_CHARS = 3000
+STACK_DUMP_WAIT_S = 2.0
+MAX_FILE_BYTES = 256 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class LaunchResult:
+    """What a launch returned: `values[r]` and `comm[r]` (list of CommRecord) per rank."""
+
+    values: list[Any]
+    comm: list[list[CommRecord]]
+    wall_s: float
+    backend: str
+
+    @property
+    def world_size(self) -> int:
+        return len(self.values)
+
+
+_context: Any = None
+
+
+@contextmanager
+def _temporary_env(values: dict[str, str]):
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
+
+
+def _rank_env() -> dict[str, str]:
+    env = dict(RANK_ENV)
+    if os.path.isdir("/sys/class/net/lo") and "GLOO_SOCKET_IFNAME" not in os.environ:
+        env["GLOO_SOCKET_IFNAME"] = "lo"  # loopback only: fast, and works without a network
+    return env
+
+
+def mp_context() -> Any:
+    """The forkserver context, started once per process with the rank environment."""
+    global _context
+    if _context is None:
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(PRELOAD)
+        with _temporary_env(_rank_env()), _without_main_module():
+            multiprocessing.forkserver.ensure_running()
+        _context = ctx
+    return _context
+
+
+@contextmanager
+def _without_main_module():
+    """Hide `__main__` while a rank starts, so the child does not re-run the parent's script.
+
+    multiprocessing's spawn preparation would otherwise import the parent's main module in every
+    rank (`python -m pytest`, a benchmark script); rank functions are found by file instead.
+    """
+    import sys
+    import types
+
+    saved = sys.modules.get("__main__")
+    blank = types.ModuleType("__main__")
+    blank.__spec__ = None
+    sys.modules["__main__"] = blank
+    try:
+        yield
+    finally:
+        if saved is not None:
+            sys.modules["__main__"] = saved
+
+
+def resolve_backend(backend: str, world_size: int) -> str:
+    """`auto`: NCCL when CUDA devices cover the world size, else gloo (CPU tensors)."""
+    if backend == "auto":
+        cuda = torch.cuda.is_available() and torch.cuda.device_count() >= world_size
+        return "nccl" if cuda and torch.distributed.is_nccl_available() else "gloo"
+    if backend not in ("gloo", "nccl"):
+        raise ValueError(f"backend must be 'auto', 'gloo' or 'nccl', not {backend!r}")
+    return backend
+
+
+def _function_reference(fn: Callable) -> tuple[str, str, str]:
+    qualname = getattr(fn, "__qualname__", "")
+    if not callable(fn) or "<locals>" in qualname or "<lambda>" in qualname or not qualname:
+        raise ValueError(f"launch needs a module-level function, not {fn!r}: rank processes "
+                         "import it by name (move it to the top level of the test module)")
+    return fn.__module__, qualname, os.path.realpath(inspect.getfile(fn))
+
+
+def _tail(path: str, chars: int = OUTPUT_TAIL_CHARS) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - chars))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return ("…" + text) if size > chars else text
+
+
+def _read_error(path: str) -> dict[str, Any] | None:
+    try:
+        if os.path.getsize(path) > 1_000_000:
+            return {"type": "RankError", "message": "error report too large", "traceback": "",
+                    "time": 0.0}
+        with open(path) as f:
+            report = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(report, dict):
+        return None
+    return {"type": str(report.get("type", "Exception"))[:200],
+            "message": str(report.get("message", ""))[:20_000],
+            "traceback": str(report.get("traceback", ""))[:20_000],
+            "time": float(report.get("time", 0.0)) if isinstance(report.get("time"),
+                                                                 (int, float)) else 0.0}
+
+
+def _failure(job: RankJob, report: dict[str, Any], world_size: int) -> RankFailure:
+    rank, output = job.rank, _tail(job.path("log"))
+    where = f"rank {rank} of {world_size}"
+    kind, message = report["type"], report["message"]
+    first_line = message.strip().splitlines()[0] if message.strip() else ""
+    details = (f"\n--- {where}: traceback ---\n{report['traceback']}"
+               f"\n--- {where}: output (last lines) ---\n{output or '(none)'}")
+    fields = dict(rank=rank, exc_type=kind, message=message, traceback=report["traceback"],
+                  output_tail=output)
+    if kind == "NotImplementedError":
+        return NotImplementedInRank(f"not implemented yet: {first_line or 'NotImplementedError'}"
+                                    f" ({where}){details}", **fields)
+    if kind == "ForbiddenCallError":
+        return ForbiddenCallError(f"{where}: {first_line}{details}", **fields)
+    if kind == "SystemExit":
+        return RankExit(f"{where} {message} instead of returning; a rank function must return "
+                        f"its result{details}", rank=rank, exitcode=None, output_tail=output)
+    return RankFailure(f"{where} raised {kind}: {first_line}{details}", **fields)
+
+
+def _exit_error(job: RankJob, exitcode: int | None, world_size: int) -> RankExit:
+    where = f"rank {job.rank} of {world_size}"
+    if exitcode is not None and exitcode < 0:
+        import signal as _signal
+
+        try:
+            name = _signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        why = f"was killed by {name}"
+    elif exitcode == 0:
+        why = "exited with status 0 without returning a result (os._exit in rank code?)"
+    else:
+        why = f"exited with status {exitcode} without returning a result (sys.exit or os._exit?)"
+    output = _tail(job.path("log"))
+    return RankExit(f"{where} {why}\n--- {where}: output (last lines) ---\n{output or '(none)'}",
+                    rank=job.rank, exitcode=exitcode, output_tail=output)
+
+
+def _collect_stacks(procs: list[Any], jobs: list[RankJob], live: set[int]) -> dict[int, str]:
+    for r in live:
+        try:
+            os.kill(procs[r].pid, __import__("signal").SIGUSR1)
+        except (ProcessLookupError, PermissionError):
+            pass
+    deadline = time.monotonic() + STACK_DUMP_WAIT_S
+    sizes: dict[int, int] = {}
+    while time.monotonic() < deadline:
+        now = {r: os.path.getsize(jobs[r].path("stack")) if os.path.exists(jobs[r].path("stack"))
+               else 0 for r in live}
+        if all(now[r] > 0 for r in live) and now == sizes:
+            break
+        sizes = now
+        time.sleep(0.05)
+    stacks = {}
+    for r in sorted(live):
+        text = _tail(jobs[r].path("stack"), 20_000).strip()
+        stacks[r] = text or "(no stack: the rank did not answer SIGUSR1)"
+    return stacks
+
+
+def _timeout_error(fn_name: str, timeout: float, stacks: dict[int, str],
+                   world_size: int) -> RankTimeout:
+    lines = [f"{fn_name} did not finish within {timeout:g} s on {world_size} rank(s) "
+             f"(deadlock or endless loop?); where each rank was:"]
+    for r, text in stacks.items():
+        lines.append(f"  rank {r}: {summarize_stack(text)}")
+    for r, text in stacks.items():
+        lines.append(f"--- rank {r}: stack at the timeout ---\n{text}")
+    return RankTimeout("\n".join(lines), stacks=stacks, timeout=timeout)
+
+
+def launch(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] = (),
+           kwargs: dict[str, Any] | None = None, rank_args: Sequence[Sequence[Any]] | None = None,
+           impl: str = "assignments", backend: str = "auto", timeout: float = 30.0,
+           forbid: Forbid | None = None, seed: int = 0, env: dict[str, str] | None = None,
+           max_result_bytes: int = payload.DEFAULT_MAX_BYTES) -> LaunchResult:
+    """Run `fn(ctx, *args, *rank_args[r], **kwargs)` on `world_size` fresh rank processes.
+
+    Returns a LaunchResult. Raises (in this process): NotImplementedInRank, RankFailure,
+    ForbiddenCallError, RankExit, RankTimeout, PayloadError — see harness.errors. Raises
+    ValueError for bad arguments (a nested function, a bad --impl, rank_args of wrong length).
+    """
+    if not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be a positive int, not {world_size!r}")
+    if rank_args is not None and len(rank_args) != world_size:
+        raise ValueError(f"rank_args has {len(rank_args)} entries for {world_size} ranks")
+    if timeout <= 0:
+        raise ValueError(f"timeout must be positive, not {timeout}")
+    module, qualname, file = _function_reference(fn)
+    spec = resolve_impl(impl)
+    chosen_backend = resolve_backend(backend, world_size)
+    ctx = mp_context()
+    workdir = tempfile.mkdtemp(prefix="mlsys-launch-")
+    procs: list[Any] = []
+    started = time.monotonic()
+    try:
+        torch.save((tuple(args), dict(kwargs or {})), os.path.join(workdir, "args.pt"))
+        jobs = [RankJob(rank=r, world_size=world_size, backend=chosen_backend, workdir=workdir,
+                        impl=spec, fn_module=module, fn_qualname=qualname, fn_file=file,
+                        seed=seed, forbid=forbid, pg_timeout_s=timeout + 30.0,
+                        max_result_bytes=max_result_bytes, max_file_bytes=MAX_FILE_BYTES,
+                        has_rank_args=rank_args is not None, env={**_rank_env(), **(env or {})})
+                for r in range(world_size)]
+        if rank_args is not None:
+            for job, extra in zip(jobs, rank_args):
+                torch.save(tuple(extra), job.path("args.pt"))
+        for job in jobs:
+            proc = ctx.Process(target=rank_entry, args=(job,), name=f"mlsys-rank{job.rank}",
+                               daemon=True)
+            with _without_main_module():
+                proc.start()
+            procs.append(proc)
+        _watch(procs, jobs, started + timeout, timeout, qualname)
+        results = [payload.load(job.path("result.pt"), max_result_bytes) for job in jobs]
+    finally:
+        for proc in procs:
+            if proc.pid is not None:
+                proctree.kill_tree(proc.pid)
+        for proc in procs:
+            proc.join(timeout=5)
+        shutil.rmtree(workdir, ignore_errors=True)
+    values, comm = [], []
+    for r, result in enumerate(results):
+        if not isinstance(result, dict) or set(result) != {"value", "comm"}:
+            raise PayloadError(f"rank {r}: malformed result file")
+        values.append(result["value"])
+        comm.append([CommRecord.from_plain(rec) for rec in result["comm"]])
+    for r, records in enumerate(comm):
+        bad = [rec for rec in records if rec.forbidden]
+        if bad:
+            rule = forbid.rule if forbid else ""
+            raise ForbiddenCallError(
+                f"rank {r} of {world_size} called torch.distributed.{bad[0].op}, which this "
+                f"assignment forbids ({rule}); the call was caught inside the rank, but it "
+                f"still counts", rank=r)
+    return LaunchResult(values=values, comm=comm, wall_s=time.monotonic() - started,
+                        backend=chosen_backend)
+
+
+def _watch(procs: list[Any], jobs: list[RankJob], deadline: float, timeout: float,
+           fn_name: str) -> None:
+    """Wait for every rank; raise on the first failure, exit without result, or timeout."""
+    world_size = len(procs)
+    pending = {proc.sentinel: r for r, proc in enumerate(procs)}
+    while pending:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            live = set(pending.values())
+            stacks = _collect_stacks(procs, jobs, live)
+            raise _timeout_error(fn_name, timeout, stacks, world_size)
+        for sentinel in wait(list(pending), timeout=remaining):
+            r = pending.pop(sentinel)
+            procs[r].join()
+            if procs[r].exitcode == 0 and os.path.exists(jobs[r].path("result.pt")):
+                continue
+            for other in pending.values():  # stop the others at once
+                proctree.kill_tree(procs[other].pid)
+            raise _first_failure(procs, jobs, r)
+
+
+def _first_failure(procs: list[Any], jobs: list[RankJob], noticed: int) -> Exception:
+    """The failure that came first: the earliest error report, else the rank noticed first."""
+    world_size = len(procs)
+    reports = []
+    for job in jobs:
+        report = _read_error(job.path("error.json"))
+        if report is not None:
+            reports.append((report["time"], job.rank, report))
+    if reports:
+        _, rank, report = min(reports, key=lambda item: (item[0], item[1]))
+        return _failure(jobs[rank], report, world_size)
+    procs[noticed].join(timeout=1)
+    return _exit_error(jobs[noticed], procs[noticed].exitcode, world_size)

@@ -1,0 +1,198 @@
+"""The entry point of a rank process (forked from the forkserver, which preloads this module).
+
+One job per process: isolate (own process group, die with the forkserver, capped file sizes),
+capture stdout/stderr into a file, arm faulthandler for the parent's SIGUSR1, join the process
+group through a FileStore, install the communication log, run the rank function, and write
+either a plain-data result or a JSON error description. Never anything else.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import faulthandler
+import hashlib
+import importlib
+import importlib.util
+import json
+import os
+import random
+import resource
+import signal
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from harness import payload
+from harness.commlog import CommLog, Forbid
+from harness.context import RankContext
+from harness.errors import ForbiddenCallError
+from harness.impl import ImplSpec
+
+MAX_ERROR_CHARS = 20_000
+
+
+@dataclass(frozen=True)
+class RankJob:
+    """Everything a rank needs, sent parent -> rank (trusted direction) by the forkserver."""
+
+    rank: int
+    world_size: int
+    backend: str
+    workdir: str
+    impl: ImplSpec
+    fn_module: str
+    fn_qualname: str
+    fn_file: str
+    seed: int
+    forbid: Forbid | None
+    pg_timeout_s: float
+    max_result_bytes: int
+    max_file_bytes: int
+    has_rank_args: bool
+    env: dict[str, str] = field(default_factory=dict)
+
+    def path(self, suffix: str) -> str:
+        return os.path.join(self.workdir, f"rank{self.rank}.{suffix}")
+
+
+def _isolate(job: RankJob) -> None:
+    os.setpgid(0, 0)  # our own process group: the parent can kill what we start
+    if sys.platform.startswith("linux"):
+        try:  # die with the forkserver if it goes away
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    limit = job.max_file_bytes
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+
+def _capture_output(job: RankJob) -> Any:
+    fd = os.open(job.path("log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(line_buffering=True)
+        except (AttributeError, ValueError):
+            pass
+    stacks = open(job.path("stack"), "w")  # noqa: SIM115 - must stay open for faulthandler
+    faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True, chain=False)
+    faulthandler.enable(file=sys.stderr, all_threads=True)
+    return stacks
+
+
+def _load_rank_function(job: RankJob) -> Any:
+    module = sys.modules.get(job.fn_module)
+    if module is None or getattr(module, "__file__", None) != job.fn_file:
+        try:
+            module = importlib.import_module(job.fn_module)
+        except ImportError:
+            module = None
+        if module is None or os.path.realpath(getattr(module, "__file__", "") or "") \
+                != os.path.realpath(job.fn_file):
+            digest = hashlib.sha1(job.fn_file.encode()).hexdigest()[:12]
+            name = f"_mlsys_rankfn_{digest}"
+            spec = importlib.util.spec_from_file_location(name, job.fn_file)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            spec.loader.exec_module(module)
+    target: Any = module
+    for part in job.fn_qualname.split("."):
+        target = getattr(target, part)
+    return target
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy
+
+        numpy.random.seed(seed % 2**32)
+    except ImportError:
+        pass
+
+
+def _run(job: RankJob) -> tuple[Any, CommLog]:
+    os.environ.update(job.env)
+    torch.set_num_threads(1)
+    _seed_everything(job.seed + job.rank)
+    device = torch.device("cpu")
+    if job.backend == "nccl":
+        torch.cuda.set_device(job.rank)
+        device = torch.device("cuda", job.rank)
+    store = dist.FileStore(os.path.join(job.workdir, "rendezvous.store"), job.world_size)
+    dist.init_process_group(job.backend, store=store, rank=job.rank, world_size=job.world_size,
+                            timeout=timedelta(seconds=job.pg_timeout_s))
+    log = CommLog(job.forbid)
+    log.install()
+    ctx = RankContext(rank=job.rank, world_size=job.world_size, local_rank=job.rank,
+                      device=device, backend=job.backend, seed=job.seed, impl=job.impl.text,
+                      _impl_spec=job.impl, _log=log)
+    fn = _load_rank_function(job)
+    args, kwargs = torch.load(os.path.join(job.workdir, "args.pt"), weights_only=False)
+    if job.has_rank_args:
+        args = tuple(args) + tuple(torch.load(job.path("args.pt"), weights_only=False))
+    value = fn(ctx, *args, **kwargs)
+    return value, log
+
+
+def _write_error(job: RankJob, exc: BaseException) -> None:
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    if isinstance(exc, SystemExit):
+        message = f"called sys.exit({exc.code!r})"
+    else:
+        message = str(exc)
+    report = {
+        "type": type(exc).__name__,
+        "message": message[:MAX_ERROR_CHARS],
+        "traceback": text[-MAX_ERROR_CHARS:],
+        "time": time.time(),
+        "forbidden": isinstance(exc, ForbiddenCallError),
+    }
+    tmp = job.path("error.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(report, f)
+    os.replace(tmp, job.path("error.json"))
+
+
+def rank_entry(job: RankJob) -> None:
+    """Process target. Exit status 0 with a result file, or 1 with an error file."""
+    _isolate(job)
+    _capture_output(job)
+    status = 0
+    try:
+        value, log = _run(job)
+        records = [r.to_plain() for r in log.records]
+        payload.dump({"value": value, "comm": records}, job.path("result.pt"),
+                     max_bytes=job.max_result_bytes)
+    except BaseException as exc:  # noqa: BLE001 - every failure must reach the parent as text
+        status = 1
+        try:
+            _write_error(job, exc)
+        except BaseException:  # noqa: BLE001
+            pass
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        try:
+            if dist.is_initialized():
+                dist.destroy_process_group()
+        except BaseException:  # noqa: BLE001
+            pass
+    os._exit(status)
