@@ -1,0 +1,47 @@
+"""`python -m grader bench <name> [args]`: run `grader.bench.<name>.main(argv)`.
+
+Each benchmark is a module here with `def main(argv: list[str]) -> int` and a docstring whose
+first line says what it measures. Benchmarks print ratios measured side by side in one run;
+they never assert on time.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import sys
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+
+
+def available() -> dict[str, str]:
+    """Benchmark name -> first docstring line, read without importing (imports are slow)."""
+    benches = {}
+    for path in sorted(BENCH_DIR.glob("*.py")):
+        if path.stem.startswith("_"):
+            continue
+        try:
+            doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+        except SyntaxError:
+            doc = "(does not parse)"
+        benches[path.stem] = doc.strip().splitlines()[0] if doc.strip() else ""
+    return benches
+
+
+def main(argv: list[str]) -> int:
+    """Dispatch to a benchmark; with no name (or -h), list the available ones."""
+    benches = available()
+    if not argv or argv[0] in ("-h", "--help", "list"):
+        print("usage: python -m grader bench <name> [args]\n\navailable benchmarks:")
+        width = max((len(n) for n in benches), default=0)
+        for name, doc in benches.items():
+            print(f"  {name:<{width}}  {doc}")
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in benches:
+        print(f"error: no benchmark {name!r}; available: {', '.join(benches) or 'none'}",
+              file=sys.stderr)
+        return 2
+    module = importlib.import_module(f"grader.bench.{name}")
+    return int(module.main(rest) or 0)

@@ -1,0 +1,200 @@
+"""What one graded pytest run produced, and the score it earns.
+
+The plugin (`--mlsys-results PATH`) writes the run as JSON; `RunResult.load()` reads it back
+into frozen dataclasses, validating every field so a malformed file fails loudly here rather
+than as a wrong score later. Scoring rules, in one place:
+
+- a test earns its points only when it passed; failed, errored and skipped tests earn 0;
+- a GPU-only test skipped on a machine without a GPU (`not_graded_here`) earns 0 *and* leaves
+  the attainable maximum, so a CPU-only grade is out of fewer points (reports say so);
+- any other skip still counts towards the maximum: a skip is never a pass.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+OUTCOMES = ("passed", "failed", "skipped", "error")
+NOT_IMPLEMENTED = "not implemented yet"
+NOT_GRADED_HERE = "not graded on this machine"
+
+
+class ResultsError(ValueError):
+    """The plugin's results file is missing or does not follow the contract."""
+
+
+@dataclass(frozen=True)
+class TestResult:
+    """One collected grading test, as the plugin reported it."""
+
+    nodeid: str
+    name: str
+    assignment: str
+    visibility: str  # "public" or "hidden"
+    points: int
+    outcome: str  # one of OUTCOMES
+    reason: str = ""
+    not_implemented: bool = False
+    not_graded_here: bool = False
+    duration: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome == "passed"
+
+    @property
+    def score(self) -> int:
+        return self.points if self.passed else 0
+
+    @property
+    def max_score(self) -> int:
+        return 0 if self.not_graded_here else self.points
+
+    @property
+    def feedback(self) -> str:
+        """The one-line verdict shown to students ("" for a pass)."""
+        if self.passed:
+            return ""
+        if self.not_graded_here:
+            return _prefixed(NOT_GRADED_HERE, self.reason)
+        if self.not_implemented:
+            return _prefixed(NOT_IMPLEMENTED, self.reason)
+        if self.outcome == "skipped":
+            return f"skipped: {self.reason}" if self.reason else "skipped"
+        return self.reason or self.outcome
+
+
+def _prefixed(verdict: str, reason: str) -> str:
+    """`verdict`, followed by the reason's detail unless the reason already starts with it."""
+    if not reason or reason == verdict:
+        return verdict
+    return reason if reason.startswith(verdict) else f"{verdict}: {reason}"
+
+
+@dataclass(frozen=True)
+class AssignmentScore:
+    """Totals of one assignment within a run."""
+
+    id: str
+    tests: tuple[TestResult, ...]
+
+    @property
+    def score(self) -> int:
+        return sum(t.score for t in self.tests)
+
+    @property
+    def max_score(self) -> int:
+        return sum(t.max_score for t in self.tests)
+
+    @property
+    def excluded_points(self) -> int:
+        """Points of GPU-only tests not graded on this machine."""
+        return sum(t.points for t in self.tests if t.not_graded_here)
+
+    def count(self, which: str) -> int:
+        """Number of tests that `passed`, `failed` (incl. errors and skips), or are `excluded`."""
+        if which == "passed":
+            return sum(t.passed for t in self.tests)
+        if which == "excluded":
+            return sum(t.not_graded_here for t in self.tests)
+        return sum(not t.passed and not t.not_graded_here for t in self.tests)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """The whole run: implementation graded, tests in collection order, errors, exit status."""
+
+    impl: str
+    tests: tuple[TestResult, ...]
+    collection_errors: tuple[str, ...] = ()
+    exitstatus: int = 0
+
+    @property
+    def score(self) -> int:
+        return sum(t.score for t in self.tests)
+
+    @property
+    def max_score(self) -> int:
+        return sum(t.max_score for t in self.tests)
+
+    @property
+    def duration(self) -> float:
+        return sum(t.duration for t in self.tests)
+
+    def by_assignment(self, order: tuple[str, ...] = ()) -> list[AssignmentScore]:
+        """Per-assignment totals: ids in `order` first (course order), then any others."""
+        ids = [i for i in order if any(t.assignment == i for t in self.tests)]
+        ids += sorted({t.assignment for t in self.tests} - set(ids))
+        return [
+            AssignmentScore(i, tuple(t for t in self.tests if t.assignment == i)) for i in ids
+        ]
+
+    @classmethod
+    def load(cls, path: Path) -> RunResult:
+        """Read the plugin's JSON file; `ResultsError` when missing or malformed."""
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError as exc:
+            raise ResultsError(f"{path}: the pytest run wrote no results file") from exc
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ResultsError(f"{path}: unreadable results file: {exc}") from exc
+        return cls.from_json(data, str(path))
+
+    @classmethod
+    def from_json(cls, data: Any, source: str = "results") -> RunResult:
+        """Build from parsed JSON, checking the plugin contract field by field."""
+        if not isinstance(data, dict):
+            raise ResultsError(f"{source}: expected a JSON object")
+        impl = _field(data, "impl", str, source)
+        tests = _field(data, "tests", list, source)
+        errors = _field(data, "collection_errors", list, source)
+        exitstatus = _field(data, "exitstatus", int, source)
+        parsed = tuple(_test(item, f"{source}: tests[{i}]") for i, item in enumerate(tests))
+        return cls(impl, parsed, tuple(str(e) for e in errors), exitstatus)
+
+
+_TEST_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "nodeid": str,
+    "name": str,
+    "assignment": str,
+    "visibility": str,
+    "points": int,
+    "outcome": str,
+    "reason": str,
+    "not_implemented": bool,
+    "not_graded_here": bool,
+    "duration": (int, float),
+}
+
+
+def _test(item: Any, where: str) -> TestResult:
+    if not isinstance(item, dict):
+        raise ResultsError(f"{where}: expected an object")
+    values = {name: _field(item, name, kind, where) for name, kind in _TEST_FIELDS.items()}
+    if values["outcome"] not in OUTCOMES:
+        raise ResultsError(f"{where}.outcome: {values['outcome']!r} is not one of {OUTCOMES}")
+    if values["visibility"] not in ("public", "hidden"):
+        raise ResultsError(f"{where}.visibility: {values['visibility']!r} is not public/hidden")
+    if values["points"] < 0:
+        raise ResultsError(f"{where}.points: negative ({values['points']})")
+    values["duration"] = float(values["duration"])
+    return TestResult(**values)
+
+
+def _field(table: dict[str, Any], name: str, kind: type | tuple[type, ...], where: str) -> Any:
+    if name not in table:
+        raise ResultsError(f"{where}.{name}: missing")
+    value = table[name]
+    is_bool = isinstance(value, bool)
+    wrong_bool = is_bool and kind is not bool
+    if not isinstance(value, kind) or wrong_bool:
+        raise ResultsError(f"{where}.{name}: expected {_kind_name(kind)}, got {value!r}")
+    return value
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join(k.__name__ for k in kinds)

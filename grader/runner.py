@@ -1,0 +1,189 @@
+"""Run one graded pytest session in a subprocess and read back what the plugin recorded.
+
+The session is isolated from anything a submission could plant: `python -I` ignores PYTHON*
+environment variables, the user site directory and the current directory; `--noconftest`
+skips every conftest.py; `PYTEST_DISABLE_PLUGIN_AUTOLOAD=1` loads no installed plugin except
+the two named with `-p`. Because `-I` leaves the repository off `sys.path`, the command is a
+two-line `-c` bootstrap that inserts the repository root and then enters pytest's own
+`console_main()`; xdist workers inherit that `sys.path` from the controller.
+
+The plugin's `--mlsys-results` file is the only channel from the session back to us; its
+terminal output (`-q --tb=no`: no tracebacks, so no hidden source) is only shown as progress.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from grader.manifest import REPO_ROOT
+from grader.results import RunResult
+
+_BOOTSTRAP = (
+    "import sys; sys.path.insert(0, {root!r}); import pytest; "
+    "sys.argv[0] = 'pytest'; raise SystemExit(pytest.main())"
+)
+# pytest exit codes that mean the run itself went wrong, not that tests failed.
+PYTEST_ERROR_CODES = {
+    2: "interrupted", 3: "internal error", 4: "usage error", 5: "no tests collected",
+}
+
+
+@dataclass(frozen=True)
+class Session:
+    """What came back from one pytest subprocess."""
+
+    returncode: int
+    timed_out: bool
+    wall_s: float
+    output_tail: str
+    result: RunResult | None  # None when the plugin wrote no (readable) results
+    problem: str = ""  # why `result` is None, or why the run is not trustworthy
+
+
+def pytest_command(
+    paths: Sequence[str | Path],
+    impl: str,
+    results_path: Path,
+    *,
+    workers: int = 0,
+    stop_first: bool = False,
+    progress: bool = True,
+    root: Path = REPO_ROOT,
+    suites: Path | None = None,
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """The argv of an isolated graded pytest session over `paths` (files or directories).
+
+    `root` is the course checkout the session grades (pytest's rootdir); the grader itself is
+    always imported from the checkout this module lives in. Tests under `suites` (default
+    `root/grader/suites`) are the hidden ones.
+    """
+    command = [sys.executable, "-I", "-c", _BOOTSTRAP.format(root=str(REPO_ROOT))]
+    command += ["--noconftest", "-p", "grader.plugin", "-p", "xdist.plugin", "--graded"]
+    command += ["--impl", impl, "--mlsys-results", str(results_path), f"--rootdir={root}"]
+    command += ["--hidden-root", str(hidden_root(root, suites))]
+    command += ["-p", "no:terminal", "-p", "no:cacheprovider"]
+    if progress:
+        command.append("--mlsys-progress")
+    if workers > 0:
+        command += ["-n", str(workers)]
+    if stop_first:
+        command.append("-x")
+    command += list(extra)
+    command += [str(p) for p in paths]
+    return command
+
+
+def run_session(
+    paths: Sequence[str | Path],
+    impl: str,
+    *,
+    workers: int = 0,
+    stop_first: bool = False,
+    timeout: float = 1800.0,
+    on_line: Callable[[str], None] | None = None,
+    root: Path = REPO_ROOT,
+    suites: Path | None = None,
+    extra: Sequence[str] = (),
+) -> Session:
+    """Run the session, stream its output lines to `on_line`, and load the plugin's results.
+
+    A session running longer than `timeout` seconds is killed with its whole process group.
+    """
+    with tempfile.TemporaryDirectory(prefix="mlsys-grade-") as tmp:
+        results_path = Path(tmp) / "session.json"
+        command = pytest_command(
+            paths, impl, results_path, workers=workers, stop_first=stop_first,
+            progress=on_line is not None, root=root, suites=suites, extra=extra,
+        )
+        returncode, timed_out, wall_s, tail = _run(command, root, timeout, on_line)
+        result, problem = None, ""
+        if timed_out:
+            problem = f"the pytest session ran past {timeout:.0f} s and was killed"
+        try:
+            result = RunResult.load(results_path)
+        except ValueError as exc:
+            problem = problem or str(exc)
+        if result is not None and returncode in PYTEST_ERROR_CODES and not problem:
+            problem = f"pytest exited with {returncode} ({PYTEST_ERROR_CODES[returncode]})"
+        return Session(returncode, timed_out, wall_s, tail, result, problem)
+
+
+def suite_paths(assignment_id: str, root: Path, suites: Path | None = None) -> list[Path]:
+    """The test files of one assignment that exist: public tests, then the hidden suite dir.
+
+    A student release ships no hidden suites, so a missing hidden directory is not an error.
+    """
+    public = root / "assignments" / assignment_id / "test_public.py"
+    hidden = hidden_root(root, suites) / assignment_id
+    has_hidden = hidden.is_dir() and any(hidden.rglob("test_*.py"))
+    return [p for p, ok in ((public, public.is_file()), (hidden, has_hidden)) if ok]
+
+
+def hidden_root(root: Path, suites: Path | None = None) -> Path:
+    """The folder of hidden suites: `suites` when given, else `root/grader/suites`."""
+    return suites if suites is not None else root / "grader" / "suites"
+
+
+def isolated_env() -> dict[str, str]:
+    """The environment of a graded session: ours, minus plugin autoloading."""
+    env = dict(os.environ)
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.pop("PYTEST_ADDOPTS", None)  # an inherited -p or -k would change what is graded
+    return env
+
+
+def _run(
+    command: list[str], cwd: Path, timeout: float, on_line: Callable[[str], None] | None
+) -> tuple[int, bool, float, str]:
+    start = time.perf_counter()
+    process = subprocess.Popen(
+        command, cwd=cwd, env=isolated_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True,
+    )
+    expired = threading.Event()
+
+    def kill_group() -> None:
+        expired.set()
+        _kill_group(process)
+
+    watchdog = threading.Timer(timeout, kill_group)
+    watchdog.daemon = True
+    watchdog.start()
+    tail: list[str] = []
+    try:
+        for line in process.stdout or ():
+            line = line.rstrip("\n")
+            tail = (tail + [line])[-40:]
+            if on_line is not None:
+                on_line(line)
+        process.wait()
+    except BaseException:
+        _kill_group(process)
+        raise
+    finally:
+        watchdog.cancel()
+    # Leftovers of the session (rank processes a killed test left behind) go with it.
+    _kill_group(process)
+    return process.returncode, expired.is_set(), time.perf_counter() - start, "\n".join(tail)
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass

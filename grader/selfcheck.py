@@ -1,0 +1,266 @@
+"""`python -m grader selfcheck`: prove that each assignment's suites grade what they claim.
+
+Per assignment, five checks (DESIGN.md, principle 5):
+
+- signatures: every module in the manifest's `modules` has the same public names and
+  signatures in the stub and the solution (read with `ast`, never imported);
+- points: collected points (public + hidden) equal the manifest's `points`, and the public
+  suite's points equal `public_points`;
+- solution: the reference solution passes every graded test;
+- stub: every graded test fails with "not implemented" — a crash, a hang, a pass or a failure
+  for another reason is a breach;
+- mutants: every `solutions/<id>/mutants/<name>.py` fails at least one test (run with `-x`;
+  the test that caught it is printed).
+
+Each pytest session is an independent subprocess; a small thread pool runs them side by side.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grader.manifest import Assignment, Course
+from grader.reports import format_table
+from grader.results import RunResult
+from grader.runner import Session, run_session, suite_paths
+from grader.signatures import compare_files
+
+CHECKS = ("signatures", "points", "solution", "stub", "mutants")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One pytest session of the selfcheck."""
+
+    assignment: str
+    kind: str  # "solution", "stub" or "mutant"
+    impl: str
+    paths: tuple[Path, ...]
+
+    @property
+    def label(self) -> str:
+        return f"{self.assignment} {self.impl}" if self.kind == "mutant" else (
+            f"{self.assignment} {self.kind}"
+        )
+
+
+@dataclass
+class Verdict:
+    """The state of one check of one assignment; `breaches` empty means it holds."""
+
+    breaches: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    ran: bool = False
+
+
+def judge_solution(session: Session) -> list[str]:
+    """Breaches of "the solution scores full marks"."""
+    run, problems = _usable(session, "solution")
+    if run is None:
+        return problems
+    return problems + [
+        f"solution fails {t.nodeid}: {t.feedback}" for t in _graded(run) if not t.passed
+    ]
+
+
+def judge_stub(session: Session) -> list[str]:
+    """Breaches of "the stub scores zero, every test failing with not implemented"."""
+    run, problems = _usable(session, "stub")
+    if run is None:
+        return problems
+    for t in _graded(run):
+        if t.passed:
+            problems.append(f"stub passes {t.nodeid}: a test the stub passes grades nothing")
+        elif not t.not_implemented:
+            problems.append(
+                f"stub fails {t.nodeid} for another reason than 'not implemented': {t.feedback}"
+            )
+    return problems
+
+
+def judge_mutant(session: Session, name: str) -> tuple[str, list[str]]:
+    """(who caught the mutant, breaches): a mutant must fail at least one graded test."""
+    run, problems = _usable(session, f"mutant {name}")
+    if run is None:
+        return "", problems
+    failed = [t for t in _graded(run) if not t.passed]
+    if not failed:
+        return "", problems + [f"mutant {name} passes every test: no test catches it"]
+    return f"mutant {name}: caught by {failed[0].nodeid} ({failed[0].feedback})", problems
+
+
+def judge_points(run: RunResult, assignment: Assignment) -> list[str]:
+    """Breaches of "the suites' points add up to the manifest"."""
+    tests = [t for t in run.tests if t.assignment == assignment.id]
+    total = sum(t.points for t in tests)
+    public = sum(t.points for t in tests if t.visibility == "public")
+    problems = []
+    if total != assignment.points:
+        problems.append(
+            f"suites carry {total} points, the manifest says points = {assignment.points}"
+        )
+    if public != assignment.public_points:
+        problems.append(
+            f"public tests carry {public} points, the manifest says "
+            f"public_points = {assignment.public_points}"
+        )
+    return problems
+
+
+def check_signatures(assignment: Assignment, root: Path) -> list[str]:
+    """Stub vs solution API differences for every module of the assignment."""
+    problems = []
+    for module in assignment.modules:
+        stub = root / "assignments" / assignment.id / f"{module}.py"
+        solution = root / "solutions" / assignment.id / f"{module}.py"
+        problems += [f"{module}.py: {d}" for d in compare_files(stub, solution)]
+    return problems
+
+
+def mutant_names(assignment_id: str, root: Path) -> list[str]:
+    """Names of the mutants of an assignment, sorted (`__init__` and `_private` excluded)."""
+    folder = root / "solutions" / assignment_id / "mutants"
+    return sorted(p.stem for p in folder.glob("*.py") if not p.stem.startswith("_"))
+
+
+def plan(course: Course, ids: list[str], root: Path, suites: Path | None) -> list[Job]:
+    """Every session to run, cheap-to-judge ones first: solutions, stubs, then mutants."""
+    jobs: list[Job] = []
+    for kind in ("solution", "stub", "mutant"):
+        for assignment in course.select(ids):
+            paths = tuple(suite_paths(assignment.id, root, suites))
+            if not paths:
+                continue
+            if kind == "mutant":
+                jobs += [
+                    Job(assignment.id, "mutant", f"mutant:{assignment.id}/{name}", paths)
+                    for name in mutant_names(assignment.id, root)
+                ]
+            else:
+                impl = "solutions" if kind == "solution" else "assignments"
+                jobs.append(Job(assignment.id, kind, impl, paths))
+    return jobs
+
+
+def selfcheck(
+    course: Course,
+    ids: list[str],
+    root: Path,
+    suites: Path | None = None,
+    jobs: int = 2,
+    timeout: float = 600.0,
+    echo: Callable[[str], None] = print,
+) -> int:
+    """Run every check, print progress and the table; 0 when nothing is breached, else 1."""
+    assignments = course.select(ids)
+    verdicts = {a.id: {c: Verdict() for c in CHECKS} for a in assignments}
+    for a in assignments:
+        start = time.perf_counter()
+        verdicts[a.id]["signatures"].breaches += check_signatures(a, root)
+        verdicts[a.id]["signatures"].seconds = time.perf_counter() - start
+        verdicts[a.id]["signatures"].ran = True
+        paths = suite_paths(a.id, root, suites)
+        if a.public_points and not any(p.name == "test_public.py" for p in paths):
+            verdicts[a.id]["points"].breaches.append(
+                f"assignments/{a.id}/test_public.py is missing"
+            )
+        if not mutant_names(a.id, root):
+            verdicts[a.id]["mutants"].breaches.append(
+                f"solutions/{a.id}/mutants/ has no mutant, so nothing shows the suites catch bugs"
+            )
+    todo = plan(course, ids, root, suites)
+    echo(f"selfcheck: {len(assignments)} assignment(s), {len(todo)} pytest session(s), "
+         f"{jobs} at a time")
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = {
+            pool.submit(
+                run_session, job.paths, job.impl, stop_first=job.kind == "mutant",
+                timeout=timeout, root=root, suites=suites,
+            ): job
+            for job in todo
+        }
+        for done, future in enumerate(as_completed(futures), start=1):
+            job = futures[future]
+            line = _record(job, future.result(), verdicts[job.assignment], course)
+            echo(f"[{done:>{len(str(len(todo)))}}/{len(todo)}] {line}")
+    echo("")
+    echo(_table(verdicts))
+    breaches = [
+        f"{aid} {check}: {b}"
+        for aid, checks in verdicts.items()
+        for check, verdict in checks.items()
+        for b in verdict.breaches
+    ]
+    if breaches:
+        echo("\nBreaches:")
+        echo("\n".join(f"  - {b}" for b in breaches))
+        return 1
+    echo("\nselfcheck passed.")
+    return 0
+
+
+def _record(job: Job, session: Session, checks: dict[str, Verdict], course: Course) -> str:
+    """Judge a finished session into the assignment's verdicts; returns a progress line."""
+    if job.kind == "mutant":
+        name = job.impl.rsplit("/", 1)[-1]
+        caught, breaches = judge_mutant(session, name)
+        verdict = checks["mutants"]
+        if caught:
+            verdict.notes.append(caught)
+    else:
+        breaches = judge_solution(session) if job.kind == "solution" else judge_stub(session)
+        verdict = checks[job.kind]
+        points = checks["points"]
+        if session.result is not None and not points.ran:
+            points.breaches += judge_points(session.result, course.get(job.assignment))
+            points.ran = True
+    verdict.breaches += breaches
+    verdict.seconds += session.wall_s
+    verdict.ran = True
+    status = "ok" if not breaches else f"BREACH: {breaches[0]}"
+    if job.kind == "mutant" and caught:
+        status = caught.split(": ", 1)[1]
+    return f"{job.label}: {status} ({session.wall_s:.1f} s)"
+
+
+def _table(verdicts: dict[str, dict[str, Verdict]]) -> str:
+    rows = []
+    for aid, checks in verdicts.items():
+        row: list[object] = [aid]
+        for check in CHECKS:
+            verdict = checks[check]
+            mark = "✗" if verdict.breaches else ("✓" if verdict.ran else "-")
+            if check == "mutants" and verdict.ran:
+                mark += f" {len(verdict.notes)} caught"
+            row.append(mark)
+        row.append(f"{sum(v.seconds for v in checks.values()):.1f} s")
+        rows.append(row)
+    return format_table(["assignment", *CHECKS, "time"], rows)
+
+
+def _usable(session: Session, what: str) -> tuple[RunResult | None, list[str]]:
+    """The run if it can be judged, plus breaches about the session itself."""
+    problems = []
+    if session.timed_out:
+        problems.append(f"{what}: the session hung and was killed: {session.problem}")
+    elif session.problem:
+        problems.append(f"{what}: {session.problem}")
+    run = session.result
+    if run is not None:
+        problems += [f"{what}: collection error: {e.splitlines()[0] if e else e}"
+                     for e in run.collection_errors]
+        if not run.tests:
+            problems.append(f"{what}: no graded test was collected")
+    if run is None and not problems:
+        problems.append(f"{what}: the session produced no results")
+    return run, problems
+
+
+def _graded(run: RunResult) -> list:
+    """Tests that count on this machine (GPU-only tests skipped here do not)."""
+    return [t for t in run.tests if not t.not_graded_here]
