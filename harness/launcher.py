@@ -35,7 +35,7 @@ from harness.errors import (
     RankFailure,
     RankTimeout,
 )
-from harness.impl import resolve_impl
+from harness.impl import ImplSpec, resolve_impl
 from harness.rankmain import RankJob, rank_entry
 from harness.stacks import summarize_stack
 
@@ -180,6 +180,8 @@ def _failure(job: RankJob, report: dict[str, Any], world_size: int) -> RankFailu
                                     f" ({where}){details}", **fields)
     if kind == "ForbiddenCallError":
         return ForbiddenCallError(f"{where}: {first_line}{details}", **fields)
+    if kind == "PayloadError":
+        return PayloadError(f"{where}: {first_line}")
     if kind == "SystemExit":
         return RankExit(f"{where} {message} instead of returning; a rank function must return "
                         f"its result{details}", rank=rank, exitcode=None, output_tail=output)
@@ -240,7 +242,7 @@ def _timeout_error(fn_name: str, timeout: float, stacks: dict[int, str],
 
 def launch(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] = (),
            kwargs: dict[str, Any] | None = None, rank_args: Sequence[Sequence[Any]] | None = None,
-           impl: str = "assignments", backend: str = "auto", timeout: float = 30.0,
+           impl: str | ImplSpec = "assignments", backend: str = "auto", timeout: float = 30.0,
            forbid: Forbid | None = None, seed: int = 0, env: dict[str, str] | None = None,
            max_result_bytes: int = payload.DEFAULT_MAX_BYTES) -> LaunchResult:
     """Run `fn(ctx, *args, *rank_args[r], **kwargs)` on `world_size` fresh rank processes.
@@ -256,7 +258,7 @@ def launch(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] =
     if timeout <= 0:
         raise ValueError(f"timeout must be positive, not {timeout}")
     module, qualname, file = _function_reference(fn)
-    spec = resolve_impl(impl)
+    spec = impl if isinstance(impl, ImplSpec) else resolve_impl(impl)
     chosen_backend = resolve_backend(backend, world_size)
     ctx = mp_context()
     workdir = tempfile.mkdtemp(prefix="mlsys-launch-")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from harness.impl import REPO_ROOT
+from pathlib import Path
 
 
 class StaleMutant(RuntimeError):
@@ -20,8 +20,16 @@ class StaleMutant(RuntimeError):
 
 def mutate(namespace: dict[str, Any], assignment_id: str, module_name: str,
            replace: Sequence[tuple[str, str]] = ()) -> None:
-    """Execute solutions/<assignment_id>/<module_name>.py, patched, into `namespace`."""
-    path = REPO_ROOT / "solutions" / assignment_id / f"{module_name}.py"
+    """Execute solutions/<assignment_id>/<module_name>.py, patched, into `namespace`.
+
+    The solution is found beside the mutant: <root>/solutions/<id>/mutants/<name>.py mutates
+    <root>/solutions/<id>/<module_name>.py.
+    """
+    mutant_file = Path(namespace["__file__"]).resolve()
+    if mutant_file.parent.parent.name != assignment_id:
+        raise StaleMutant(f"{mutant_file} lives under {mutant_file.parent.parent.name}, "
+                          f"not {assignment_id}")
+    path = mutant_file.parent.parent / f"{module_name}.py"
     source = path.read_text()
     for old, new in replace:
         count = source.count(old)

@@ -149,8 +149,20 @@ def _run(job: RankJob) -> tuple[Any, CommLog]:
     return value, log
 
 
+_HARNESS_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _format_traceback(exc: BaseException) -> str:
+    """The traceback without the harness's own frames (kept if nothing else is left)."""
+    report = traceback.TracebackException(type(exc), exc, exc.__traceback__)
+    outside = [f for f in report.stack if os.path.dirname(f.filename) + os.sep != _HARNESS_DIR]
+    if outside:
+        report.stack = traceback.StackSummary.from_list(outside)
+    return "".join(report.format())
+
+
 def _write_error(job: RankJob, exc: BaseException) -> None:
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    text = _format_traceback(exc)
     if isinstance(exc, SystemExit):
         message = f"called sys.exit({exc.code!r})"
     else:
@@ -175,6 +187,7 @@ def rank_entry(job: RankJob) -> None:
     status = 0
     try:
         value, log = _run(job)
+        value = payload.to_plain(value, "result")
         records = [r.to_plain() for r in log.records]
         payload.dump({"value": value, "comm": records}, job.path("result.pt"),
                      max_bytes=job.max_result_bytes)

@@ -6,8 +6,13 @@ import os
 import re
 
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
-_LIBRARY_PARTS = (f"{os.sep}torch{os.sep}", f"{os.sep}harness{os.sep}", f"{os.sep}multiprocessing",
-                  f"{os.sep}threading.py", f"{os.sep}site-packages{os.sep}")
+_LIBRARY_PARTS = (f"{os.sep}torch{os.sep}", f"{os.sep}multiprocessing", f"{os.sep}threading.py",
+                  f"{os.sep}site-packages{os.sep}", "<string>")
+_HARNESS_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _is_library(file: str) -> bool:
+    return any(p in file for p in _LIBRARY_PARTS) or os.path.dirname(file) == _HARNESS_DIR
 
 
 def _frames(block: str) -> list[tuple[str, int, str]]:
@@ -26,7 +31,7 @@ def summarize_stack(text: str) -> str:
         return "no Python stack (the rank did not answer)"
     file, line, func = frames[0]
     where = f"in {func} ({os.path.basename(file)}:{line})"
-    user = next((f for f in frames if not any(p in f[0] for p in _LIBRARY_PARTS)), None)
+    user = next((f for f in frames if not _is_library(f[0])), None)
     if user is not None and user != frames[0]:
         where += f", called from {os.path.basename(user[0])}:{user[1]} in {user[2]}"
     return where

@@ -1,0 +1,31 @@
+"""Helpers for the harness tests: which processes this test process has started."""
+
+from __future__ import annotations
+
+import multiprocessing.forkserver
+import multiprocessing.resource_tracker
+import os
+
+from harness import proctree
+
+
+def infrastructure_pids() -> set[int]:
+    """The forkserver and resource tracker: long-lived by design, shared by all calls."""
+    pids = set()
+    for obj, attr in ((multiprocessing.forkserver._forkserver, "_forkserver_pid"),
+                      (multiprocessing.resource_tracker._resource_tracker, "_pid")):
+        pid = getattr(obj, attr, None)
+        if pid:
+            pids.add(pid)
+    return pids
+
+
+def rank_processes() -> set[int]:
+    """Live descendants of this process other than the infrastructure itself."""
+    infra = infrastructure_pids()
+    return proctree.descendants(os.getpid()) - infra
+
+
+def alive(pid: int) -> bool:
+    return pid in proctree.descendants(1) or os.path.exists(f"/proc/{pid}") and \
+        "Z" not in open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]

@@ -1,0 +1,173 @@
+"""The launcher's contract: fresh ranks, plain data back, every failure loud, nothing left over."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import torch
+
+from harness import (
+    LaunchError,
+    NotImplementedInRank,
+    PayloadError,
+    RankExit,
+    RankFailure,
+    RankTimeout,
+    launch,
+)
+from harness.launcher import resolve_backend
+from harness.tests import rankfns
+from harness.tests.conftest_helpers import alive, rank_processes
+
+
+@pytest.fixture(autouse=True)
+def no_leftovers():
+    """Every test here also checks that no rank process outlives its call."""
+    yield
+    deadline = time.monotonic() + 3
+    while rank_processes() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not rank_processes(), f"processes left behind: {sorted(rank_processes())}"
+
+
+def test_ranks_are_fresh_processes_with_an_initialised_group():
+    first = launch(rankfns.describe, world_size=3, impl="solutions", seed=5)
+    second = launch(rankfns.describe, world_size=3, impl="solutions", seed=5)
+    for r, info in enumerate(first.values):
+        assert info["rank"] == info["dist_rank"] == r
+        assert info["world_size"] == info["dist_world"] == 3
+        assert info["initialized"] and info["backend"] == "gloo" and info["device"] == "cpu"
+        assert info["threads"] == 1 and info["seed"] == 5 and info["impl"] == "solutions"
+    assert {i["pid"] for i in first.values}.isdisjoint(i["pid"] for i in second.values)
+    # seeded per rank: reproducible across calls, different across ranks
+    for a, b in zip(first.values, second.values):
+        assert torch.equal(a["rand"], b["rand"]) and a["py_rand"] == b["py_rand"]
+    assert not torch.equal(first.values[0]["rand"], first.values[1]["rand"])
+
+
+def test_arguments_reach_every_rank_and_rank_args_are_appended():
+    result = launch(rankfns.echo, world_size=2, args=(1, torch.ones(2)), kwargs={"k": "v"},
+                    rank_args=[("a",), ("b",)])
+    assert result.values[0]["args"][2] == "a" and result.values[1]["args"][2] == "b"
+    assert torch.equal(result.values[1]["args"][1], torch.ones(2))
+    assert result.values[0]["kwargs"] == {"k": "v"}
+
+
+def test_plain_data_comes_back_compact_and_plain():
+    value = launch(rankfns.plain_types).values[0]
+    assert torch.equal(value["t"], torch.tensor([0, 2])) and value["t"].is_contiguous()
+    assert type(value[7]) is torch.Tensor and value["size"] == (2, 3)
+    assert value["l"] == [1, (2, 3)] and value["n"] is None and value["b"] is True
+
+
+def test_non_plain_results_are_refused_with_the_path():
+    with pytest.raises(PayloadError, match=r"result\['bad'\]\[0\] is a builtins.object"):
+        launch(rankfns.return_object)
+
+
+def test_results_over_the_cap_are_refused():
+    with pytest.raises(PayloadError, match="over the 1 MiB cap"):
+        launch(rankfns.return_huge, max_result_bytes=1024 * 1024)
+
+
+def test_one_failing_rank_stops_the_others_at_once():
+    start = time.monotonic()
+    with pytest.raises(RankFailure) as info:
+        launch(rankfns.raise_on_rank, world_size=3, args=(1, 60.0), timeout=60)
+    assert time.monotonic() - start < 15
+    err = info.value
+    assert err.rank == 1 and err.exc_type == "ValueError"
+    assert str(err).splitlines()[0] == "rank 1 of 3 raised ValueError: rank 1 hit a bad value"
+    assert "raise_on_rank" in err.traceback and "about to fail on rank 1" in err.output_tail
+    assert "rankmain.py" not in err.traceback  # the harness's own frames are trimmed
+
+
+def test_a_deadlock_ends_at_the_limit_with_every_rank_stack():
+    start = time.monotonic()
+    with pytest.raises(RankTimeout) as info:
+        launch(rankfns.deadlock, world_size=2, timeout=2)
+    took = time.monotonic() - start
+    assert took < 2 + 6, f"took {took:.1f} s"
+    err = info.value
+    assert set(err.stacks) == {0, 1}
+    summary = str(err).splitlines()
+    assert "did not finish within 2 s" in summary[0]
+    assert all("in recv" in line and "rankfns.py" in line for line in summary[1:3])
+
+
+def test_an_endless_loop_on_one_rank_is_a_timeout_naming_it():
+    with pytest.raises(RankTimeout) as info:
+        launch(rankfns.spin_on_rank, world_size=2, args=(1,), timeout=2)
+    assert set(info.value.stacks) == {1}
+    assert "spin_on_rank" in str(info.value).splitlines()[1]
+
+
+def test_a_rank_ignoring_sigterm_is_still_killed():
+    with pytest.raises(RankTimeout):
+        launch(rankfns.ignore_sigterm_and_sleep, timeout=1)
+
+
+@pytest.mark.parametrize("how, expect", [
+    ("os_exit_0", "exited with status 0 without returning"),
+    ("sys_exit_0", "called sys.exit(0)"),
+    ("sys_exit_77", "called sys.exit(77)"),
+    ("sigkill", "was killed by SIGKILL"),
+])
+def test_a_rank_that_exits_without_returning_fails(how, expect):
+    with pytest.raises(RankExit, match=expect.replace("(", r"\(").replace(")", r"\)")):
+        launch(rankfns.exit_how, world_size=2, args=(how, 1))
+
+
+def test_the_stub_error_is_its_own_kind():
+    with pytest.raises(NotImplementedInRank, match=r"^not implemented yet: .* \(rank 0 of 1\)"):
+        launch(rankfns.use_impl, args=("demo", "missing_stub"), impl=_demo_impl("stub"))
+
+
+def test_child_processes_of_ranks_are_killed_too(tmp_path):
+    launch(rankfns.spawn_sleeper, world_size=2, args=(str(tmp_path / "pid"),))
+    pids = [int((tmp_path / f"pid.{r}").read_text()) for r in range(2)]
+    time.sleep(0.2)
+    assert not any(alive(pid) for pid in pids)
+
+
+def test_child_processes_are_killed_after_a_timeout(tmp_path):
+    with pytest.raises(RankTimeout):
+        launch(rankfns.spawn_sleeper_and_hang, args=(str(tmp_path / "pid"),), timeout=2)
+    time.sleep(0.2)
+    assert not alive(int((tmp_path / "pid.0").read_text()))
+
+
+def test_huge_output_is_capped_not_a_deadlock():
+    # 300 MiB of prints against the 256 MiB file-size cap: the rank fails, the parent does not hang
+    with pytest.raises(LaunchError):
+        launch(rankfns.print_lots, args=(300,), timeout=60)
+
+
+def test_nested_functions_are_refused_before_starting_anything():
+    def local(ctx):
+        return 1
+
+    with pytest.raises(ValueError, match="module-level function"):
+        launch(local)
+
+
+def test_backend_auto_is_gloo_without_enough_gpus():
+    if torch.cuda.is_available() and torch.cuda.device_count() >= 2:
+        assert resolve_backend("auto", 2) == "nccl"
+    else:
+        assert resolve_backend("auto", 2) == "gloo"
+    with pytest.raises(ValueError):
+        resolve_backend("mpi", 2)
+
+
+def test_storage_bytes_counts_each_storage_once():
+    assert launch(rankfns.hold).values[0] == 16 * 4 + 8 * 8
+
+
+def _demo_impl(kind: str):
+    from harness.impl import ImplSpec
+
+    root = os.path.join(os.path.dirname(__file__), "fixtures", "impl", kind)
+    return ImplSpec(kind="dir", root=root, text=f"fixture:{kind}")
