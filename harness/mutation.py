@@ -9,9 +9,8 @@ solution's other functions see them because they share that namespace.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
-
 from pathlib import Path
+from typing import Any
 
 
 class StaleMutant(RuntimeError):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness import CommRecord, Forbid, ForbiddenCallError, P2P_APIS, launch
+from harness import P2P_APIS, CommRecord, Forbid, ForbiddenCallError, launch
 from harness.tests import rankfns
 
 

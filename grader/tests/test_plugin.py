@@ -1,0 +1,99 @@
+"""The pytest plugin: points are mandatory, reasons are short, results survive xdist."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from grader.plugin import REPO_ROOT
+
+SUITE = '''
+import pytest, torch
+
+def rank_stub(ctx):
+    raise NotImplementedError("ring_all_reduce: see README §3")
+
+def rank_value(ctx):
+    return ctx.rank
+
+@pytest.mark.points(2)
+def test_passes(launch):
+    assert launch(rank_value, world_size=2).values == [0, 1]
+
+@pytest.mark.points(3)
+def test_fails_with_message():
+    assert 1 == 2, "[rank 0 of 1] chunk 1 differs by 3e-2; did you average twice?"
+
+@pytest.mark.points(5)
+def test_stub(launch):
+    launch(rank_stub)
+
+@pytest.fixture(scope="module")
+def shared(launch):
+    return launch(rank_stub)
+
+@pytest.mark.points(1)
+def test_uses_failing_fixture(shared):
+    pass
+
+@pytest.mark.gpu
+@pytest.mark.points(4)
+def test_needs_gpu():
+    pass
+'''
+
+
+def run_pytest(tmp_path: Path, body: str, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
+    suite = tmp_path / "hidden" / "demo"
+    suite.mkdir(parents=True)
+    (suite / "test_demo.py").write_text(textwrap.dedent(body))
+    out = tmp_path / "results.json"
+    cmd = [sys.executable, "-m", "pytest", "-p", "grader.plugin", "--noconftest", "-q",
+           "--hidden-root", str(tmp_path / "hidden"), "--mlsys-results", str(out),
+           "-p", "no:cacheprovider", str(suite), *extra]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    data = json.loads(out.read_text()) if out.exists() else {}
+    return proc, data
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_results_carry_points_outcomes_and_short_reasons(tmp_path, workers):
+    proc, data = run_pytest(tmp_path, SUITE, *workers)
+    tests = {t["name"]: t for t in data["tests"]}
+    assert set(tests) == {"test_passes", "test_fails_with_message", "test_stub",
+                          "test_uses_failing_fixture", "test_needs_gpu"}, proc.stdout
+    assert all(t["assignment"] == "demo" and t["visibility"] == "hidden" for t in tests.values())
+    assert tests["test_passes"]["outcome"] == "passed" and tests["test_passes"]["points"] == 2
+    failed = tests["test_fails_with_message"]
+    assert failed["outcome"] == "failed"
+    assert failed["reason"] == "[rank 0 of 1] chunk 1 differs by 3e-2; did you average twice?"
+    for name in ("test_stub", "test_uses_failing_fixture"):
+        assert tests[name]["outcome"] == "failed" and tests[name]["not_implemented"]
+        assert tests[name]["reason"].startswith("not implemented yet: ring_all_reduce")
+    gpu = tests["test_needs_gpu"]
+    import torch
+
+    if not torch.cuda.is_available():
+        assert gpu["outcome"] == "skipped" and gpu["not_graded_here"]
+
+
+def test_a_grading_test_without_points_is_a_collection_error(tmp_path):
+    proc, _ = run_pytest(tmp_path, "def test_forgot_points():\n    pass\n")
+    assert proc.returncode == 4
+    assert "without @pytest.mark.points(n)" in proc.stderr + proc.stdout
+
+
+def test_points_must_be_a_non_negative_int(tmp_path):
+    proc, _ = run_pytest(tmp_path, "import pytest\n@pytest.mark.points(1.5)\ndef test_x():\n"
+                                   "    pass\n")
+    assert proc.returncode == 4 and "points must be a non-negative int" in proc.stderr
+
+
+def test_a_bad_impl_is_a_usage_error(tmp_path):
+    proc, _ = run_pytest(tmp_path, SUITE, "--impl", "mutant:nope/none")
+    assert proc.returncode == 4 and "no mutant file" in proc.stderr
