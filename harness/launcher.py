@@ -9,7 +9,6 @@ the other ranks are killed at once; on a timeout every live rank's Python stack 
 
 from __future__ import annotations
 
-import inspect
 import json
 import multiprocessing
 import multiprocessing.forkserver
@@ -39,7 +38,7 @@ from harness.impl import ImplSpec, resolve_impl
 from harness.rankmain import RankJob, rank_entry
 from harness.stacks import summarize_stack
 
-PRELOAD = ["harness.rankmain", "pytest", "numpy", "hypothesis", "grader.compare"]
+PRELOAD = ["harness.rankmain", "cloudpickle", "numpy", "grader.compare"]
 RANK_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
             "TORCH_SHOW_CPP_STACKTRACES": "0", "PYTHONFAULTHANDLER": "0"}
 OUTPUT_TAIL_CHARS = 3000
@@ -128,12 +127,38 @@ def resolve_backend(backend: str, world_size: int) -> str:
     return backend
 
 
-def _function_reference(fn: Callable) -> tuple[str, str, str]:
+BY_VALUE_PACKAGES = ("grader.suites",)
+
+
+def _pickle_rank_function(fn: Callable) -> bytes:
+    """The rank function, by value: ranks never import (or even see) the test module.
+
+    The function's own module and hidden-suite packages are pickled by value (only what the
+    function references travels, not the parent's expected-value code); everything else, such
+    as torch and harness, by reference.
+    """
+    import sys
+
+    import cloudpickle
+
     qualname = getattr(fn, "__qualname__", "")
     if not callable(fn) or "<locals>" in qualname or "<lambda>" in qualname or not qualname:
-        raise ValueError(f"launch needs a module-level function, not {fn!r}: rank processes "
-                         "import it by name (move it to the top level of the test module)")
-    return fn.__module__, qualname, os.path.realpath(inspect.getfile(fn))
+        raise ValueError(f"launch needs a module-level function, not {fn!r}: define it at the "
+                         "top level of the test module")
+    names = {fn.__module__} | {p for p in BY_VALUE_PACKAGES if p in sys.modules}
+    names = {n for n in names if n in sys.modules and n != "__main__"}
+    registered = []
+    try:
+        for name in names:
+            try:
+                cloudpickle.register_pickle_by_value(sys.modules[name])
+                registered.append(name)
+            except ValueError:  # already registered by a concurrent caller
+                pass
+        return cloudpickle.dumps(fn)
+    finally:
+        for name in registered:
+            cloudpickle.unregister_pickle_by_value(sys.modules[name])
 
 
 def _tail(path: str, chars: int = OUTPUT_TAIL_CHARS) -> str:
@@ -257,7 +282,8 @@ def launch(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] =
         raise ValueError(f"rank_args has {len(rank_args)} entries for {world_size} ranks")
     if timeout <= 0:
         raise ValueError(f"timeout must be positive, not {timeout}")
-    module, qualname, file = _function_reference(fn)
+    fn_bytes = _pickle_rank_function(fn)
+    qualname = fn.__qualname__
     spec = impl if isinstance(impl, ImplSpec) else resolve_impl(impl)
     chosen_backend = resolve_backend(backend, world_size)
     ctx = mp_context()
@@ -266,8 +292,10 @@ def launch(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] =
     started = time.monotonic()
     try:
         torch.save((tuple(args), dict(kwargs or {})), os.path.join(workdir, "args.pt"))
+        with open(os.path.join(workdir, "fn.pkl"), "wb") as f:
+            f.write(fn_bytes)
         jobs = [RankJob(rank=r, world_size=world_size, backend=chosen_backend, workdir=workdir,
-                        impl=spec, fn_module=module, fn_qualname=qualname, fn_file=file,
+                        impl=spec, fn_qualname=qualname,
                         seed=seed, forbid=forbid, pg_timeout_s=timeout + 30.0,
                         max_result_bytes=max_result_bytes, max_file_bytes=MAX_FILE_BYTES,
                         has_rank_args=rank_args is not None, env={**_rank_env(), **(env or {})})

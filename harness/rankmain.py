@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import ctypes
 import faulthandler
-import hashlib
-import importlib
-import importlib.util
 import json
 import os
+import pickle
 import random
 import resource
 import signal
@@ -46,9 +44,7 @@ class RankJob:
     backend: str
     workdir: str
     impl: ImplSpec
-    fn_module: str
     fn_qualname: str
-    fn_file: str
     seed: int
     forbid: Forbid | None
     pg_timeout_s: float
@@ -94,24 +90,8 @@ def _capture_output(job: RankJob) -> Any:
 
 
 def _load_rank_function(job: RankJob) -> Any:
-    module = sys.modules.get(job.fn_module)
-    if module is None or getattr(module, "__file__", None) != job.fn_file:
-        try:
-            module = importlib.import_module(job.fn_module)
-        except ImportError:
-            module = None
-        if module is None or os.path.realpath(getattr(module, "__file__", "") or "") \
-                != os.path.realpath(job.fn_file):
-            digest = hashlib.sha1(job.fn_file.encode()).hexdigest()[:12]
-            name = f"_mlsys_rankfn_{digest}"
-            spec = importlib.util.spec_from_file_location(name, job.fn_file)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[name] = module
-            spec.loader.exec_module(module)
-    target: Any = module
-    for part in job.fn_qualname.split("."):
-        target = getattr(target, part)
-    return target
+    with open(os.path.join(job.workdir, "fn.pkl"), "rb") as f:
+        return pickle.loads(f.read())  # written by the parent: the trusted direction
 
 
 def _seed_everything(seed: int) -> None:
