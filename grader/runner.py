@@ -112,7 +112,9 @@ def run_session(
         try:
             result = RunResult.load(results_path)
         except ValueError as exc:
-            problem = problem or str(exc)
+            last = [line for line in tail.splitlines() if line.strip()][-2:]
+            detail = f" (pytest exit {returncode}: {' / '.join(last)})" if last else ""
+            problem = problem or f"{exc}{detail}"
         if result is not None and returncode in PYTEST_ERROR_CODES and not problem:
             problem = f"pytest exited with {returncode} ({PYTEST_ERROR_CODES[returncode]})"
         return Session(returncode, timed_out, wall_s, tail, result, problem)

@@ -4,7 +4,8 @@ Selfcheck uses this to prove that a stub and its solution expose the same API: a
 fills the stub must be able to call everything the suites call. The public surface is
 
 - top-level functions, classes and constants whose names do not start with `_` (or exactly the
-  names in a literal `__all__` when the module defines one); imports are not part of it;
+  names in a literal `__all__` when the module defines one); imports are not part of it unless
+  `__all__` lists them;
 - per class: its decorators and bases, public and dunder methods, properties (with setter and
   deleter), and annotated class attributes (dataclass fields) with their defaults;
 - per function: `def`/`async def`, staticmethod/classmethod, and every parameter's name, kind,
@@ -47,6 +48,8 @@ def public_api(source: str, filename: str = "<module>") -> dict[str, str]:
     exported = _literal_all(tree)
     api: dict[str, str] = {}
     for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and exported is None:
+            continue  # an import is public only when `__all__` re-exports it
         for name, text in _top_level(node):
             if (name in exported) if exported is not None else _is_public(name):
                 api[name] = text
@@ -57,26 +60,29 @@ def public_api(source: str, filename: str = "<module>") -> dict[str, str]:
 
 def compare_sources(stub: str, solution: str) -> list[Difference]:
     """Differences between the public APIs of two module sources, sorted by name."""
-    stub_api, solution_api = public_api(stub, "stub"), public_api(solution, "solution")
+    return _differences(public_api(stub, "stub"), public_api(solution, "solution"))
+
+
+def compare_files(stub: Path, solution: Path) -> list[str]:
+    """Compare two module files; problems (missing file, syntax error, mismatch) as messages."""
+    apis = []
+    for path in (stub, solution):
+        if not path.is_file():
+            return [f"{path} is missing"]
+        try:
+            apis.append(public_api(path.read_text(encoding="utf-8"), str(path)))
+        except SyntaxError as exc:
+            return [f"cannot parse {path} line {exc.lineno}: {exc.msg}"]
+    return [str(d) for d in _differences(*apis)]
+
+
+def _differences(stub_api: dict[str, str], solution_api: dict[str, str]) -> list[Difference]:
     names = sorted(set(stub_api) | set(solution_api))
     return [
         Difference(name, stub_api.get(name), solution_api.get(name))
         for name in names
         if stub_api.get(name) != solution_api.get(name)
     ]
-
-
-def compare_files(stub: Path, solution: Path) -> list[str]:
-    """Compare two module files; problems (missing file, syntax error, mismatch) as messages."""
-    texts = []
-    for path in (stub, solution):
-        if not path.is_file():
-            return [f"{path} is missing"]
-        texts.append(path.read_text(encoding="utf-8"))
-    try:
-        return [str(d) for d in compare_sources(*texts)]
-    except SyntaxError as exc:
-        return [f"cannot parse {exc.filename} line {exc.lineno}: {exc.msg}"]
 
 
 def _is_public(name: str) -> bool:
@@ -105,6 +111,13 @@ def _top_level(node: ast.stmt) -> list[tuple[str, str]]:
     if isinstance(node, ast.Assign):
         names = [t.id for t in node.targets if isinstance(t, ast.Name)]
         return [(name, f"{name} = ...") for name in names if name != "__all__"]
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        source = ""
+        if isinstance(node, ast.ImportFrom):
+            source = f"from {'.' * node.level}{node.module or ''} "
+        return [
+            ((a.asname or a.name).split(".")[0], f"{source}import {a.name}") for a in node.names
+        ]
     return []
 
 

@@ -1,0 +1,90 @@
+"""The isolated pytest session: its command line, its environment, and the kill on timeout."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from grader.runner import hidden_root, isolated_env, pytest_command, run_session, suite_paths
+from grader.tests._fakes import make_course
+
+
+def test_command_is_isolated_and_loads_only_our_plugins(tmp_path):
+    command = pytest_command([tmp_path / "suites"], "solutions", tmp_path / "r.json",
+                             root=tmp_path, suites=tmp_path / "suites")
+    assert command[1:3] == ["-I", "-c"]
+    assert "sys.path.insert(0," in command[3] and "pytest.main()" in command[3]
+    joined = " ".join(command[4:])
+    for part in ("--noconftest", "-p grader.plugin", "-p xdist.plugin", "--graded",
+                 "--impl solutions", f"--mlsys-results {tmp_path / 'r.json'}",
+                 f"--rootdir={tmp_path}", f"--hidden-root {tmp_path / 'suites'}",
+                 "--mlsys-progress"):
+        assert part in joined, part
+    assert "-x" not in command and "-n" not in command
+    command = pytest_command([], "assignments", tmp_path / "r.json", workers=2,
+                            stop_first=True, progress=False)
+    assert command[-3:] == ["-n", "2", "-x"] and "--mlsys-progress" not in command
+
+
+def test_environment_disables_plugin_autoload(monkeypatch):
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-p evil")
+    env = isolated_env()
+    assert env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] == "1"
+    assert "PYTEST_ADDOPTS" not in env
+
+
+def test_suite_paths_list_what_exists(tmp_path):
+    root = make_course(tmp_path)
+    assert suite_paths("toy", root, root / "suites") == [root / "suites" / "toy"]
+    assert suite_paths("toy", root) == []  # no grader/suites/toy in the toy course
+    public = root / "assignments" / "toy" / "test_public.py"
+    public.write_text("", encoding="utf-8")
+    assert suite_paths("toy", root, root / "suites") == [public, root / "suites" / "toy"]
+    assert hidden_root(root) == root / "grader" / "suites"
+
+
+HANGING_SUITE = '''
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
+import pytest
+
+
+@pytest.mark.points(1)
+def test_hangs():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    pathlib.Path(os.environ["MLSYS_TEST_PIDS"]).write_text(f"{os.getpid()} {child.pid}")
+    time.sleep(600)
+'''
+
+
+def test_a_hanging_session_is_killed_with_its_process_group(tmp_path, monkeypatch):
+    root = make_course(tmp_path, suite=HANGING_SUITE)
+    pid_file = tmp_path / "pids"
+    monkeypatch.setenv("MLSYS_TEST_PIDS", str(pid_file))
+    start = time.monotonic()
+    session = run_session([root / "suites" / "toy"], "assignments", timeout=20, root=root,
+                          suites=root / "suites")
+    assert session.timed_out and session.result is None
+    assert "ran past 20 s and was killed" in session.problem
+    assert time.monotonic() - start < 60
+    if pid_file.exists():  # the machine may be too loaded for pytest to get that far
+        for pid in map(int, pid_file.read_text().split()):
+            assert not _alive(pid), f"process {pid} outlived its session"
+
+
+def _alive(pid: int) -> bool:
+    deadline = time.monotonic() + 5  # the orphaned child is reaped by init shortly
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        if Path(f"/proc/{pid}/stat").exists() and " Z " in Path(f"/proc/{pid}/stat").read_text():
+            return False  # a zombie holds no resources; only its parent can reap it
+        time.sleep(0.1)
+    return True

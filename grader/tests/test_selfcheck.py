@@ -1,0 +1,169 @@
+"""Selfcheck: the judging rules on fake sessions, and one real run on a toy course."""
+
+from __future__ import annotations
+
+import pytest
+
+import grader.selfcheck as selfcheck_module
+from grader.manifest import load_manifest
+from grader.selfcheck import (
+    judge_mutant,
+    judge_points,
+    judge_solution,
+    judge_stub,
+    mutant_names,
+    plan,
+    selfcheck,
+)
+from grader.tests._fakes import entry, make_course, session, solution_tests, stub_tests
+
+NOT_IMPL = "not implemented yet: add: see README §1"
+
+
+def test_solution_must_pass_every_graded_test():
+    assert judge_solution(session(solution_tests(), impl="solutions")) == []
+    failing = solution_tests()
+    failing[0] = entry("test_add", "failed", points=2, reason="add(2, 3) should be 5")
+    [breach] = judge_solution(session(failing, impl="solutions"))
+    assert "solution fails suites/toy/test_x.py::test_add: add(2, 3) should be 5" in breach
+
+
+def test_stub_must_fail_every_test_with_not_implemented():
+    assert judge_stub(session(stub_tests())) == []
+    tests = stub_tests()
+    tests[1] = entry("test_zero[0]")  # passes on the stub
+    tests[2] = entry("test_zero[7]", "failed", reason="TypeError: bad")  # a crash
+    breaches = judge_stub(session(tests))
+    assert len(breaches) == 2
+    assert "stub passes suites/toy/test_x.py::test_zero[0]" in breaches[0]
+    assert "for another reason than 'not implemented': TypeError: bad" in breaches[1]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "expected"),
+    [
+        ({"timed_out": True, "problem": "ran past 5 s"}, "the session hung and was killed"),
+        ({"problem": "pytest exited with 4 (usage error)"}, "usage error"),
+        ({"collection_errors": ["suites/toy/test_x.py: SyntaxError\nsource"]},
+         "collection error: suites/toy/test_x.py: SyntaxError"),
+    ],
+)
+def test_a_broken_session_is_a_breach(kwargs, expected):
+    breaches = judge_stub(session(stub_tests(), **kwargs))
+    assert any(expected in b for b in breaches), breaches
+
+
+def test_no_results_or_no_tests_is_a_breach():
+    assert judge_solution(session(None, problem="no results file")) == [
+        "solution: no results file"]
+    assert judge_stub(session([])) == ["stub: no graded test was collected"]
+
+
+def test_a_mutant_must_lose_points_and_the_catching_test_is_named():
+    caught = [entry("test_add", "failed", points=2, reason="add(2, 3) should be 5")]
+    line, breaches = judge_mutant(session(caught), "off_by_one")
+    assert breaches == []
+    assert line == ("mutant off_by_one: caught by suites/toy/test_x.py::test_add "
+                    "(add(2, 3) should be 5)")
+    line, breaches = judge_mutant(session(solution_tests()), "harmless")
+    assert line == ""
+    assert breaches == ["mutant harmless passes every test: no test catches it"]
+
+
+def test_points_must_add_up_to_the_manifest(tmp_path):
+    course = load_manifest(make_course(tmp_path, points=8) / "assignments" / "course.toml")
+    toy = course.get("toy")
+    assert judge_points(session(stub_tests()).result, toy) == []
+    short = stub_tests()[:-1]
+    public = stub_tests() + [entry("test_pub", visibility="public", points=2)]
+    assert judge_points(session(short).result, toy) == [
+        "suites carry 4 points, the manifest says points = 8"]
+    assert judge_points(session(public).result, toy)[1] == (
+        "public tests carry 2 points, the manifest says public_points = 0")
+
+
+def test_plan_runs_solutions_then_stubs_then_each_mutant(tmp_path):
+    root = make_course(tmp_path, mutants={"b_bad": "MUTATES = 'toy'\n", "a_bad": ""})
+    course = load_manifest(root / "assignments" / "course.toml")
+    assert mutant_names("toy", root) == ["a_bad", "b_bad"]
+    jobs = plan(course, [], root, root / "suites")
+    assert [(j.kind, j.impl) for j in jobs] == [
+        ("solution", "solutions"), ("stub", "assignments"),
+        ("mutant", "mutant:toy/a_bad"), ("mutant", "mutant:toy/b_bad")]
+    assert jobs[0].paths == (root / "suites" / "toy",)
+
+
+def fake_sessions(monkeypatch, sessions: dict):
+    """Replace the pytest subprocess with canned sessions keyed by --impl."""
+    calls = []
+
+    def fake_run_session(paths, impl, *, stop_first=False, **kwargs):
+        calls.append((impl, stop_first))
+        return sessions[impl]
+
+    monkeypatch.setattr(selfcheck_module, "run_session", fake_run_session)
+    return calls
+
+
+def run_selfcheck(root):
+    course = load_manifest(root / "assignments" / "course.toml")
+    lines: list[str] = []
+    code = selfcheck(course, [], root, root / "suites", jobs=2, echo=lines.append)
+    return code, "\n".join(lines)
+
+
+def test_selfcheck_passes_a_sound_course(tmp_path, monkeypatch):
+    root = make_course(tmp_path, mutants={"off_by_one": ""})
+    calls = fake_sessions(monkeypatch, {
+        "solutions": session(solution_tests(), impl="solutions"),
+        "assignments": session(stub_tests()),
+        "mutant:toy/off_by_one": session([entry("test_add", "failed", points=2, reason="no")]),
+    })
+    code, output = run_selfcheck(root)
+    assert code == 0, output
+    assert sorted(calls) == [("assignments", False), ("mutant:toy/off_by_one", True),
+                             ("solutions", False)]
+    assert "mutant:toy/off_by_one: caught by suites/toy/test_x.py::test_add (no)" in output
+    assert "toy         ✓           ✓       ✓         ✓     ✓ 1 caught" in output
+    assert output.rstrip().endswith("selfcheck passed.")
+
+
+def test_selfcheck_reports_every_breach(tmp_path, monkeypatch):
+    stub = "def add(a: int, b: int = 1) -> int:\n    raise NotImplementedError\n"
+    root = make_course(tmp_path, points=9, stub=stub, mutants={"harmless": ""})
+    fake_sessions(monkeypatch, {
+        "solutions": session(solution_tests(), impl="solutions"),
+        "assignments": session(stub_tests(), timed_out=True, problem="ran past 600 s"),
+        "mutant:toy/harmless": session(solution_tests()),
+    })
+    code, output = run_selfcheck(root)
+    assert code == 1
+    breaches = output.split("Breaches:")[1]
+    assert "toy signatures: toy.py: add: stub has `def add(a: int, b: int = 1) -> int`" in breaches
+    assert "toy points: suites carry 8 points, the manifest says points = 9" in breaches
+    assert "toy stub: stub: the session hung and was killed" in breaches
+    assert "toy mutants: mutant harmless passes every test" in breaches
+    assert "toy         ✗           ✗       ✓         ✗     ✗ 0 caught" in output
+
+
+def test_selfcheck_needs_mutants_and_a_stub_module(tmp_path, monkeypatch):
+    root = make_course(tmp_path)
+    (root / "assignments" / "toy" / "toy.py").unlink()
+    fake_sessions(monkeypatch, {
+        "solutions": session(solution_tests(), impl="solutions"),
+        "assignments": session(stub_tests()),
+    })
+    code, output = run_selfcheck(root)
+    assert code == 1
+    assert "toy.py: " in output and "toy.py is missing" in output
+    assert "mutants/ has no mutant" in output
+
+
+def test_selfcheck_end_to_end_on_a_toy_course(tmp_path):
+    """Real pytest sessions (solution and stub) through the plugin; no mutants to run here."""
+    root = make_course(tmp_path)
+    code, output = run_selfcheck(root)
+    assert code == 1, output  # the one breach: the toy course has no mutants
+    assert "toy solution: ok" in output and "toy stub: ok" in output
+    assert "toy         ✓           ✓       ✓         ✓     ✗" in output
+    assert output.count("\n  - ") == 1 and "has no mutant" in output
