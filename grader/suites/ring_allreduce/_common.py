@@ -1,0 +1,295 @@
+"""Parent-side helpers of the ring_allreduce hidden suite: inputs, references and cost checks.
+
+Nothing here imports the code under test. Expected values are plain torch reductions over the
+ranks' inputs, computed in float64 / int64 and cast to the tested dtype. Inputs are small
+integers (or multiples of 1/64) so that every sum, max, min and product is exact in every
+dtype, float16 and bfloat16 included, whatever order the ranks add in; only `avg` rounds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from grader.compare import assert_close
+from grader.suites.ring_allreduce._ranks import GAP_FILL
+from harness import P2P_APIS, CommRecord, Forbid
+
+TIMEOUT_S = 60.0
+HANG_TIMEOUT_S = 20.0  # for tests that exist to catch deadlocks: a hang costs only this long
+LARGE_PRIME = 10007
+OPS = ("sum", "avg", "max", "min", "product")
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+INT_DTYPES = (torch.int32, torch.int64)
+SEND_OPS = ("send", "isend")
+
+P2P_ONLY = Forbid(allow_only=P2P_APIS, rule=(
+    "ring_allreduce allows only point-to-point calls (send, recv, isend, irecv, "
+    "batch_isend_irecv); build the collective from them"))
+SHIFT_ONLY = Forbid(allow_only=frozenset({"send", "recv"}), rule=(
+    "ring_shift uses only blocking dist.send and dist.recv; order them so nothing deadlocks"))
+
+
+# ---- inputs ---------------------------------------------------------------------------------
+
+def make_input(gen: torch.Generator, shape: Sequence[int], dtype: torch.dtype,
+               op: str) -> torch.Tensor:
+    """Random values chosen so `op` over up to 6 ranks is exact in `dtype` (no overflow)."""
+    shape = tuple(shape)
+    if op == "product":
+        values = torch.tensor([-2, -1, 1, 2])[torch.randint(0, 4, shape, generator=gen)]
+    elif op in ("max", "min"):
+        values = torch.randint(-100, 101, shape, generator=gen)
+    else:
+        values = torch.randint(-8, 9, shape, generator=gen)
+    if dtype in (torch.float32, torch.float64) and op in ("sum", "avg"):
+        return (values * 8 + torch.randint(-8, 9, shape, generator=gen)).to(dtype) / 64
+    return values.to(dtype)
+
+
+def reference(op: str, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    """`op` over `tensors` (one per rank, group order), in the tensors' dtype."""
+    dtype = tensors[0].dtype
+    wide = torch.float64 if dtype.is_floating_point else torch.int64
+    stacked = torch.stack([t.to(wide) for t in tensors])
+    reduce = {"sum": lambda s: s.sum(0), "avg": lambda s: s.mean(0), "max": lambda s: s.amax(0),
+              "min": lambda s: s.amin(0), "product": lambda s: s.prod(0)}[op]
+    return reduce(stacked).to(dtype)
+
+
+def chunk_slices(numel: int, size: int) -> list[tuple[int, int]]:
+    """The chunks the README specifies (parent's own copy, never the code under test's)."""
+    base, extra = divmod(numel, size)
+    starts = [i * base + min(i, extra) for i in range(size + 1)]
+    return [(starts[i], starts[i + 1]) for i in range(size)]
+
+
+# ---- cases ----------------------------------------------------------------------------------
+
+@dataclass
+class Case:
+    """One call under test: what to run, each rank's input, and how to describe it."""
+
+    label: str  # shown to students: names the call, op, dtype and size class, never values
+    call: str
+    op: str | None
+    inputs: list[torch.Tensor]  # one per global rank (unused for ranks outside `group`)
+    group: tuple[int, ...] | None = None
+    layout: str = "contiguous"
+    kind: str = "values"  # the test group that judges it
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_rank(self, rank: int) -> dict[str, Any]:
+        return {"call": self.call, "op": self.op, "group": self.group, "layout": self.layout,
+                "x": self.inputs[rank]}
+
+    def members(self, world_size: int) -> tuple[int, ...]:
+        return self.group if self.group is not None else tuple(range(world_size))
+
+
+def rank_args(cases: Sequence[Case], world_size: int) -> list[tuple[list[dict[str, Any]]]]:
+    return [([c.to_rank(r) for c in cases],) for r in range(world_size)]
+
+
+def reduction_case(gen: torch.Generator, label: str, call: str, op: str, shape: Sequence[int],
+                   dtype: torch.dtype, world_size: int, **kw: Any) -> Case:
+    inputs = [make_input(gen, shape, dtype, op) for _ in range(world_size)]
+    return Case(label, call, op, inputs, **kw)
+
+
+def gather_case(gen: torch.Generator, label: str, shape: Sequence[int], dtype: torch.dtype,
+                world_size: int, group: tuple[int, ...] | None = None, **kw: Any) -> Case:
+    """all_gather: each member holds its own chunk of one full tensor; the rest is garbage."""
+    full = make_input(gen, shape, dtype, "max")
+    members = group if group is not None else tuple(range(world_size))
+    bounds = chunk_slices(full.numel(), len(members))
+    inputs = []
+    for rank in range(world_size):
+        mine = torch.full_like(full, 111).reshape(-1)
+        if rank in members:
+            start, end = bounds[members.index(rank)]
+            mine[start:end] = full.reshape(-1)[start:end]
+        inputs.append(mine.reshape(full.shape))
+    return Case(label, "all_gather", None, inputs, group=group, extra={"full": full}, **kw)
+
+
+# ---- judging --------------------------------------------------------------------------------
+
+def where(rank: int, world_size: int) -> str:
+    return f"[rank {rank} of {world_size}]"
+
+
+def check_case(case: Case, values: Sequence[Any], world_size: int) -> None:
+    """Raise AssertionError (first line: what, where, the likely fix) if a case is wrong."""
+    members = case.members(world_size)
+    n = len(members)
+    if case.call in ("all_reduce", "reduce_scatter"):
+        expected_full = reference(case.op, [case.inputs[r] for r in members])
+    for position, rank in enumerate(members):
+        got = values[rank]
+        what = f"{where(rank, world_size)} {case.label}"
+        if got is None:
+            raise AssertionError(f"{what}: the rank returned no result")
+        if case.call == "all_reduce":
+            _check_in_place(got, what)
+            assert_close(got["out"], expected_full, what=what, scale=n if case.op == "avg" else 1,
+                         hint=_reduce_hint(case.op))
+        elif case.call == "reduce_scatter":
+            start, end = chunk_slices(case.inputs[rank].numel(), n)[position]
+            expected = expected_full.reshape(-1)[start:end]
+            assert_close(got["out"], expected, what=f"{what}: this rank's chunk",
+                         scale=n if case.op == "avg" else 1,
+                         hint="return chunk p (p = group rank) as a new 1-D tensor")
+            if not torch.equal(got["after"], case.inputs[rank]):
+                raise AssertionError(f"{what}: the input tensor was modified; "
+                                     "ring_reduce_scatter must work on a copy")
+        elif case.call == "all_gather":
+            _check_in_place(got, what)
+            assert_close(got["out"], case.extra["full"], what=what,
+                         hint="every chunk must come from its owner, in place")
+        elif case.call == "shift":
+            source = members[(position - 1) % n]
+            assert_close(got["out"], case.inputs[source], what=what,
+                         hint=f"rank {rank} must receive what rank {source} (its predecessor) "
+                              "sent")
+            if not torch.equal(got["after"], case.inputs[rank]):
+                raise AssertionError(f"{what}: ring_shift modified its input")
+        if got["gaps"] is not None and not bool((got["gaps"] == GAP_FILL).all()):
+            raise AssertionError(f"{what}: elements outside the strided view were overwritten; "
+                                 "write back only through the view (e.g. tensor.copy_(...))")
+
+
+def _check_in_place(got: dict[str, Any], what: str) -> None:
+    if not got["returned_input"]:
+        raise AssertionError(f"{what}: did not return the tensor it was given; it works in "
+                             "place and returns `tensor` itself")
+    if not isinstance(got["out"], torch.Tensor) or not torch.equal(got["out"], got["after"]):
+        raise AssertionError(f"{what}: the returned tensor and the input differ after the call")
+
+
+def _reduce_hint(op: str | None) -> str:
+    return {"avg": "divide the sum by N exactly once",
+            "product": "multiply, do not add, for op='product'"}.get(op or "", "")
+
+
+def check_all(cases: Sequence[Case], rank_values: Sequence[Sequence[Any]], world_size: int,
+              kind: str) -> None:
+    """check_case for every case of `kind`; the message leads with the first failure.
+
+    `rank_values[r][i]` is what rank r returned for case i (see _ranks.run_cases).
+    """
+    failures = []
+    for index, case in enumerate(cases):
+        if case.kind != kind:
+            continue
+        try:
+            check_case(case, [values[index] for values in rank_values], world_size)
+        except AssertionError as exc:
+            failures.append(str(exc))
+    if failures:
+        more = f" (and {len(failures) - 1} more failing case(s))" if len(failures) > 1 else ""
+        first, _, rest = failures[0].partition("\n")
+        raise AssertionError(f"{first}{more}\n{rest}".rstrip())
+
+
+# ---- communication log ----------------------------------------------------------------------
+
+def sections(records: Sequence[CommRecord]) -> dict[str, list[CommRecord]]:
+    """Split one rank's log at its `mark` records: label -> the calls made after it."""
+    out: dict[str, list[CommRecord]] = {}
+    current = None
+    for record in records:
+        if record.op == "mark":
+            current = record.label
+            out[current] = []
+        elif current is not None:
+            out[current].append(record)
+    return out
+
+
+def ring_cost_problems(logs: dict[int, list[CommRecord]], members: Sequence[int], numel: int,
+                       phases: int, what: str, world_size: int) -> list[str]:
+    """Problems with one ring collective's traffic; `phases` is 2 (all-reduce) or 1.
+
+    Every member sends exactly phases * (n - 1) messages, all to its successor in the group,
+    totalling at most phases * ceil(numel / n) * (n - 1) elements.
+    """
+    n = len(members)
+    problems = []
+    for position, rank in enumerate(members):
+        successor = members[(position + 1) % n]
+        sends = [r for r in logs.get(rank, []) if r.op in SEND_OPS]
+        tag = f"{where(rank, world_size)} {what}"
+        wanted = phases * (n - 1)
+        if len(sends) != wanted:
+            problems.append(f"{tag}: sent {len(sends)} messages; a ring sends exactly "
+                            f"{wanted} ({phases}·(N-1) for N={n}), one chunk per step")
+        stray = sorted({r.peer for r in sends if r.peer != successor}, key=str)
+        if stray:
+            problems.append(f"{tag}: sent to rank(s) {stray}; in a ring rank {rank} only sends "
+                            f"to its successor, rank {successor}")
+        total = sum(r.numel for r in sends)
+        budget = phases * math.ceil(numel / n) * (n - 1) if n else 0
+        if total > budget:
+            problems.append(f"{tag}: sent {total} elements, over the budget of {budget} "
+                            f"({phases}·ceil(D/N)·(N-1)); send chunks, not the whole tensor")
+    return problems
+
+
+def blocking_deadlock(calls: dict[int, list[tuple[str, int | None]]]) -> str | None:
+    """Replay blocking send/recv calls as if every send waited for its receiver.
+
+    `calls[rank]` is that rank's ("send" | "recv", peer) sequence. Returns None when every call
+    completes, else a sentence saying where each stuck rank waits. This is how NCCL, and gloo
+    for messages too big to buffer, behave; code that only works because a send returned early
+    deadlocks there.
+    """
+    queues = {rank: deque(seq) for rank, seq in calls.items()}
+    progressed = True
+    while progressed and any(queues.values()):
+        progressed = False
+        for rank, queue in queues.items():
+            if not queue or queue[0][0] != "send":
+                continue
+            peer = queue[0][1]
+            other = queues.get(peer)
+            if other and other[0][0] == "recv" and other[0][1] in (rank, None):
+                queue.popleft()
+                other.popleft()
+                progressed = True
+    stuck = {rank: queue[0] for rank, queue in queues.items() if queue}
+    if not stuck:
+        return None
+    waits = ", ".join(f"rank {r} in {op} {'to' if op == 'send' else 'from'} {peer}"
+                      for r, (op, peer) in sorted(stuck.items()))
+    return f"would deadlock if sends wait for their receiver: {waits}"
+
+
+# ---- shared launches ------------------------------------------------------------------------
+
+class LaunchCache:
+    """One launch per key within a test module; later tests reuse its result or its error.
+
+    Tests that judge different aspects of one expensive launch share it this way, and a launch
+    that failed (the stub, a crash, a hang) fails each of them with the same reason at once.
+    """
+
+    def __init__(self, launch: Any) -> None:
+        self._launch = launch
+        self._outcomes: dict[Any, Any] = {}
+
+    def get(self, key: Any, fn: Any, world_size: int, **kwargs: Any) -> Any:
+        if key not in self._outcomes:
+            try:
+                self._outcomes[key] = self._launch(fn, world_size, **kwargs)
+            except AssertionError as exc:  # every LaunchError is one
+                self._outcomes[key] = exc
+        outcome = self._outcomes[key]
+        if isinstance(outcome, AssertionError):
+            raise outcome
+        return outcome
