@@ -1,0 +1,321 @@
+"""Shared pieces of the zero2 hidden suite.
+
+Parent side: seed-built models, per-rank data, the single-process reference (plain torch, the
+mean loss over the global batch) and the accounting of the communication log. Rank side: the
+training loop and the probes that look at the optimizer under test. Both sides build the model
+with `build_model(spec)`, so the same seed gives the same initial weights everywhere.
+
+A `spec` is a plain dict:
+    arch        "tiny" (fc1 -> *scale -> fc2 -> head, with a 1-element parameter) or "mlp"
+    widths      layer widths of the "mlp" arch, e.g. [4, 24, 48, 3]
+    dtype       "float64" or "float32"
+    frozen      parameter names with requires_grad=False
+    optimizer   "adamw" or "sgd"; defaults: keyword arguments for it
+    groups      None (one group of every parameter) or [{"names": [...], **hyperparameters}]
+    steps, batch (rows per rank), seed, clip (max_norm or None)
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from harness import CommRecord
+
+OPTIMIZERS = {"adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
+
+# Names a rank may use for each half of the traffic (see the stub's cost contract).
+REDUCE_SCATTER_OPS = frozenset({"reduce_scatter", "reduce_scatter_tensor",
+                                "reduce_scatter_single", "_reduce_scatter_base"})
+ALL_GATHER_OPS = frozenset({"all_gather", "all_gather_into_tensor", "all_gather_single",
+                            "_all_gather_base"})
+SEND_OPS = frozenset({"send", "isend"})
+RECV_OPS = frozenset({"recv", "irecv"})
+FREE_OPS = frozenset({"mark", "barrier"})
+
+
+# Two groups with different lr and weight decay over the tiny model; in every world size the
+# suite uses, a group boundary falls inside a shard and fc1.weight straddles a shard boundary.
+TWO_GROUPS = [
+    {"names": ["fc1.weight", "head.weight", "fc2.weight"], "lr": 1e-2, "weight_decay": 0.1},
+    {"names": ["fc1.bias", "scale", "fc2.bias", "head.bias"], "lr": 3e-2, "weight_decay": 0.0},
+]
+
+
+# -- models and data ---------------------------------------------------------------------------
+class TinyNet(nn.Module):
+    """5 -> 7 -> 7 -> 3 with a 1-element `scale`: 123 parameters in 7 tensors of odd sizes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(5, 7)
+        self.scale = nn.Parameter(torch.ones(1))
+        self.fc2 = nn.Linear(7, 7)
+        self.head = nn.Linear(7, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(self.fc1(x)) * self.scale
+        return self.head(torch.tanh(self.fc2(h)))
+
+
+def build_model(spec: dict) -> nn.Module:
+    """The model of `spec`, initialised from `spec["seed"]`, in `spec["dtype"]`."""
+    torch.manual_seed(spec["seed"])
+    if spec["arch"] == "tiny":
+        model: nn.Module = TinyNet()
+    else:
+        widths = spec["widths"]
+        layers: list[nn.Module] = []
+        for i, (fan_in, fan_out) in enumerate(zip(widths[:-1], widths[1:])):
+            layers.append(nn.Linear(fan_in, fan_out))
+            if i < len(widths) - 2:
+                layers.append(nn.Tanh())
+        model = nn.Sequential(*layers)
+    model = model.to(getattr(torch, spec["dtype"]))
+    for name, p in model.named_parameters():
+        p.requires_grad_(name not in spec.get("frozen", ()))
+    return model
+
+
+def in_features(spec: dict) -> int:
+    return 5 if spec["arch"] == "tiny" else spec["widths"][0]
+
+
+def out_features(spec: dict) -> int:
+    return 3 if spec["arch"] == "tiny" else spec["widths"][-1]
+
+
+def make_data(spec: dict, world_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inputs [steps, world*batch, in] and targets [steps, world*batch, out] of the spec."""
+    gen = torch.Generator().manual_seed(spec["seed"] + 1)
+    rows = world_size * spec["batch"]
+    dtype = getattr(torch, spec["dtype"])
+    x = torch.randn(spec["steps"], rows, in_features(spec), generator=gen, dtype=dtype)
+    y = torch.randn(spec["steps"], rows, out_features(spec), generator=gen, dtype=dtype)
+    return x, y
+
+
+def rank_slices(x: torch.Tensor, y: torch.Tensor, world_size: int) -> list[tuple]:
+    """Per-rank `rank_args`: rank r gets rows [r*b, (r+1)*b) of every step (different data)."""
+    b = x.shape[1] // world_size
+    return [(x[:, r * b:(r + 1) * b].clone(), y[:, r * b:(r + 1) * b].clone())
+            for r in range(world_size)]
+
+
+def loss_fn(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    return ((out - target) ** 2).mean()
+
+
+def param_groups(spec: dict, model: nn.Module) -> list[dict[str, Any]]:
+    """The spec's parameter groups over `model` (frozen parameters included, as in torch)."""
+    named = dict(model.named_parameters())
+    if spec.get("groups") is None:
+        return [{"params": list(named.values())}]
+    return [{**{k: v for k, v in g.items() if k != "names"},
+             "params": [named[n] for n in g["names"]]} for g in spec["groups"]]
+
+
+def trainable_numel(spec: dict) -> int:
+    model = build_model(spec)
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def shard_numel(spec: dict, world_size: int) -> int:
+    return -(-trainable_numel(spec) // world_size)
+
+
+def snapshot(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {name: p.detach().clone() for name, p in model.named_parameters()}
+
+
+# -- the single-process reference (parent) ----------------------------------------------------
+@dataclass
+class Reference:
+    history: list[dict[str, torch.Tensor]]  # parameters after each step
+    norms: list[float]  # clip_grad_norm_ results, one per step when spec["clip"]
+    states: dict[int, dict]  # optimizer state_dict after step k (for k in `state_after`)
+    initial: dict[str, torch.Tensor]
+
+
+def reference_run(spec: dict, x: torch.Tensor, y: torch.Tensor,
+                  state_after: tuple[int, ...] = ()) -> Reference:
+    """Train `optimizer_class` on one process over the whole global batch (mean loss)."""
+    model = build_model(spec)
+    initial = snapshot(model)
+    opt = OPTIMIZERS[spec["optimizer"]](param_groups(spec, model), **spec["defaults"])
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    history, norms, states = [], [], {}
+    for step in range(x.shape[0]):
+        opt.zero_grad()
+        loss_fn(model(x[step]), y[step]).backward()
+        if spec.get("clip") is not None:
+            norms.append(float(torch.nn.utils.clip_grad_norm_(trainable, spec["clip"])))
+        opt.step()
+        history.append(snapshot(model))
+        if step + 1 in state_after:
+            states[step + 1] = copy.deepcopy(opt.state_dict())
+    return Reference(history, norms, states, initial)
+
+
+def where(rank: int, world_size: int) -> str:
+    return f"[rank {rank} of {world_size}]"
+
+
+def assert_history(values: list[dict], ref: Reference, world_size: int, *, hint: str,
+                   first_step: int = 0, key: str = "history") -> None:
+    """Every rank's parameters after every step equal the reference's (dtype tolerance, scaled)."""
+    from grader.compare import assert_close
+
+    for rank, value in enumerate(values):
+        for i, params in enumerate(value[key]):
+            step = first_step + i
+            for name, expected in ref.history[step].items():
+                assert_close(params[name], expected, scale=10.0 * (step + 1), hint=hint,
+                             what=f"{where(rank, world_size)} parameter {name} after step "
+                                  f"{step + 1}")
+
+
+# -- rank side -----------------------------------------------------------------------------
+def make_optimizer(ctx: Any, spec: dict, model: nn.Module, group: Any = None) -> Any:
+    zero = ctx.impl_module("zero2", "zero")
+    return zero.Zero2Optimizer(param_groups(spec, model),
+                               optimizer_class=OPTIMIZERS[spec["optimizer"]], group=group,
+                               **spec["defaults"])
+
+
+def train(ctx: Any, spec: dict, model: nn.Module, opt: Any, x: torch.Tensor, y: torch.Tensor,
+          steps: range, probe_after: int | None = None) -> dict[str, Any]:
+    """Run `steps` with a `step i` mark before each; returns history, norms and the probe."""
+    out: dict[str, Any] = {"history": [], "norms": [], "probe": None}
+    for step in steps:
+        ctx.mark(f"step {step}")
+        opt.zero_grad()
+        loss_fn(model(x[step]), y[step]).backward()
+        if spec.get("clip") is not None:
+            out["norms"].append(float(opt.clip_grad_norm_(spec["clip"])))
+        opt.step()
+        if step == probe_after:
+            out["probe"] = probe(opt, model, spec)
+        out["history"].append(snapshot(model))
+    return out
+
+
+def probe(opt: Any, model: nn.Module, spec: dict) -> dict[str, Any]:
+    """What the optimizer holds right after a step (before zero_grad)."""
+    inner = opt.inner
+    inner_params = [p for g in inner.param_groups for p in g["params"]]
+    state_numel: dict[str, int] = {}
+    largest = 0
+    for st in inner.state.values():
+        for key, value in st.items():
+            if torch.is_tensor(value) and value.dim() > 0:
+                state_numel[key] = state_numel.get(key, 0) + value.numel()
+                largest = max(largest, value.numel())
+    return {
+        "grads_left": [n for n, p in model.named_parameters() if p.grad is not None],
+        "is_inner_class": isinstance(inner, OPTIMIZERS[spec["optimizer"]]),
+        "inner_numel": sum(p.numel() for p in inner_params),
+        "inner_grad_numel": sum(p.grad.numel() for p in inner_params if p.grad is not None),
+        "state_numel": state_numel,
+        "largest_state": largest,
+        "shard_bounds": [int(b) for b in opt.shard_bounds],
+    }
+
+
+def round_trip(obj: Any) -> Any:
+    """A deep copy through torch.save, as a checkpoint file would make it."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    buffer.seek(0)
+    return torch.load(buffer, weights_only=False)
+
+
+def rank_train(ctx: Any, spec: dict, x: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
+    """The standard run: train, probe after the first step, then one step without gradients."""
+    model = build_model(spec)
+    opt = make_optimizer(ctx, spec, model)
+    out = train(ctx, spec, model, opt, x, y, range(spec["steps"]), probe_after=0)
+    ctx.mark("empty step")
+    opt.zero_grad()
+    opt.step()
+    ctx.mark("end")
+    out["after_empty_step"] = snapshot(model)
+    return out
+
+
+# -- communication accounting (parent) ---------------------------------------------------------
+@dataclass
+class Traffic:
+    """One window of one rank's log, in bytes each rank puts on the wire (see the stub)."""
+
+    reduce_scatter: float = 0.0
+    all_gather: float = 0.0
+    p2p: float = 0.0
+    scalars: int = 0
+    unexpected: list[str] | None = None
+
+    @property
+    def total(self) -> float:
+        return self.reduce_scatter + self.all_gather + self.p2p
+
+
+def windows(records: list[CommRecord]) -> dict[str, list[CommRecord]]:
+    """The records after each mark, keyed by the mark's label, up to the next mark."""
+    out: dict[str, list[CommRecord]] = {}
+    current: list[CommRecord] | None = None
+    for rec in records:
+        if rec.op == "mark":
+            current = out.setdefault(rec.label, [])
+        elif current is not None:
+            current.append(rec)
+    return out
+
+
+def traffic(records: list[CommRecord], world_size: int) -> Traffic:
+    """Cost model: reduce-scatter (N-1)/N of its input, all-gather (N-1) x its input, p2p
+    the bytes sent; all-reduces of at most one element are free; anything else is unexpected."""
+    t = Traffic(unexpected=[])
+    frac = (world_size - 1) / world_size
+    for rec in records:
+        if rec.op in REDUCE_SCATTER_OPS:
+            t.reduce_scatter += frac * rec.bytes
+        elif rec.op in ALL_GATHER_OPS:
+            t.all_gather += (world_size - 1) * rec.bytes
+        elif rec.op in SEND_OPS:
+            t.p2p += rec.bytes
+        elif rec.op == "all_reduce" and rec.numel <= 1:
+            t.scalars += 1
+        elif rec.op not in RECV_OPS and rec.op not in FREE_OPS:
+            t.unexpected.append(f"{rec.op} of {rec.numel} elements")
+    return t
+
+
+def expected_bytes(numel: int, world_size: int, element_size: int) -> tuple[float, float]:
+    """DDP's 2(N-1)/N x P x element size, for P unpadded and padded to a multiple of N."""
+    padded = -(-numel // world_size) * world_size
+    frac = 2 * (world_size - 1) / world_size
+    return frac * numel * element_size, frac * padded * element_size
+
+
+def check_step_traffic(records: list[CommRecord], world_size: int, numel: int,
+                       element_size: int, what: str) -> Traffic:
+    """AssertionError unless one step's traffic is a reduce-scatter plus an all-gather of P."""
+    t = traffic(records, world_size)
+    if t.unexpected:
+        raise AssertionError(
+            f"{what} called {', '.join(t.unexpected[:3])}: ZeRO-2 moves gradients with a "
+            f"reduce-scatter and parameters with an all-gather (all-reduce only for one-element "
+            f"scalars such as the squared norm)")
+    lo, hi = expected_bytes(numel, world_size, element_size)
+    if not 0.99 * lo <= t.total <= 1.01 * hi:
+        raise AssertionError(
+            f"{what} put {t.total:.0f} bytes on the wire; ZeRO-2 moves 2(N-1)/N x P x element "
+            f"size = {lo:.0f} bytes per rank per step, the same as DDP "
+            f"(reduce-scatter {t.reduce_scatter:.0f}, all-gather {t.all_gather:.0f}, "
+            f"p2p {t.p2p:.0f}); a second pass over the gradients, or a missing all-gather?")
+    return t

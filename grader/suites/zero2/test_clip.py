@@ -1,0 +1,57 @@
+"""clip_grad_norm_: the global norm over all ranks, applied to the gradient shard.
+
+3 ranks, two param groups, a frozen layer and P = 67 (two padding elements), with a threshold
+small enough that clipping is active at every step: the returned norms must equal
+`torch.nn.utils.clip_grad_norm_` on the single-process model, and the clipped training must
+equal the single-process run.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from grader.suites.zero2._common import (
+    TWO_GROUPS,
+    assert_history,
+    make_data,
+    rank_slices,
+    rank_train,
+    reference_run,
+    where,
+)
+
+WORLD = 3
+SPEC = {"arch": "tiny", "dtype": "float64", "frozen": ["fc2.weight", "fc2.bias"], "steps": 4,
+        "batch": 3, "clip": 0.05, "groups": TWO_GROUPS, "seed": 31, "optimizer": "adamw",
+        "defaults": {"lr": 1e-2}}
+
+
+@pytest.fixture(scope="module")
+def run(launch):
+    x, y = make_data(SPEC, WORLD)
+    ref = reference_run(SPEC, x, y)
+    if min(ref.norms) <= SPEC["clip"]:  # the suite's own premise, not the student's fault
+        raise RuntimeError(f"suite error: clipping inactive (norms {ref.norms})")
+    result = launch(rank_train, world_size=WORLD, args=(SPEC,),
+                    rank_args=rank_slices(x, y, WORLD), timeout=90)
+    return result.values, ref
+
+
+@pytest.mark.points(5)
+def test_clip_returns_the_global_norm(run):
+    values, ref = run
+    for rank, value in enumerate(values):
+        norms = value["norms"]
+        assert len(norms) == len(ref.norms), f"{where(rank, WORLD)} got {len(norms)} norms"
+        for step, (got, expected) in enumerate(zip(norms, ref.norms)):
+            assert abs(got - expected) <= 1e-8 * expected, (
+                f"{where(rank, WORLD)} clip_grad_norm_ at step {step + 1} returned {got:.6g}, "
+                f"the single-process norm is {expected:.6g}: sum the squares of every rank's "
+                f"shard (all_reduce one element), of the averaged gradient, padding excluded")
+
+
+@pytest.mark.points(4)
+def test_clipped_training_matches(run):
+    values, ref = run
+    assert_history(values, ref, WORLD, hint="scale the gradient shard by min(1, max_norm / "
+                                            "(norm + 1e-6)) with the global norm before step")

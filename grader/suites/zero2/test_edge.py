@@ -1,0 +1,103 @@
+"""Bad input, and a data-parallel group smaller than the world.
+
+- Trainable parameters of mixed dtypes, or of mixed devices (cpu and meta), in one param group
+  must raise ValueError with a message.
+- On 4 ranks split into the groups {0, 1} and {2, 3}, each group trains its own model on its own
+  data: shard index and N come from the group, and each group equals its own single-process run.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from grader.suites.zero2._common import (
+    assert_history,
+    build_model,
+    make_data,
+    make_optimizer,
+    rank_slices,
+    reference_run,
+    shard_numel,
+    train,
+    where,
+)
+
+
+def rank_bad_input(ctx):
+    zero = ctx.impl_module("zero2", "zero")
+    a = nn.Parameter(torch.zeros(3, dtype=torch.float64))
+    b = nn.Parameter(torch.zeros(4, dtype=torch.float32))
+    c = nn.Parameter(torch.zeros(5, dtype=torch.float64, device="meta"))
+    out = {}
+    for case, params in (("dtypes", [{"params": [a, b]}]), ("devices", [{"params": [a, c]}])):
+        try:
+            zero.Zero2Optimizer(params, optimizer_class=torch.optim.SGD, lr=0.1)
+        except ValueError as exc:
+            out[case] = ("ValueError", str(exc))
+        except NotImplementedError:
+            raise
+        except Exception as exc:  # reported to the student below, by type
+            out[case] = (type(exc).__name__, str(exc))
+        else:
+            out[case] = (None, "")
+    return out
+
+
+@pytest.fixture(scope="module")
+def bad_input(launch):
+    return launch(rank_bad_input, world_size=1, timeout=60).values[0]
+
+
+def _assert_value_error(outcome: tuple, case: str) -> None:
+    kind, message = outcome
+    assert kind is not None, (f"Zero2Optimizer accepted trainable parameters of mixed {case} in "
+                              f"one param group; raise ValueError naming them")
+    assert kind == "ValueError", f"mixed {case} raised {kind}, expected ValueError"
+    assert message.strip(), f"the ValueError for mixed {case} has no message"
+
+
+@pytest.mark.points(2)
+def test_mixed_dtypes_raise_value_error(bad_input):
+    _assert_value_error(bad_input["dtypes"], "dtypes")
+
+
+@pytest.mark.points(1)
+def test_mixed_devices_raise_value_error(bad_input):
+    _assert_value_error(bad_input["devices"], "devices")
+
+
+WORLD = 4
+GROUP_RANKS = ([0, 1], [2, 3])
+SPEC = {"arch": "tiny", "dtype": "float64", "frozen": [], "steps": 3, "batch": 2, "clip": None,
+        "groups": None, "seed": 51, "optimizer": "adamw", "defaults": {"lr": 1e-2}}
+
+
+def rank_subgroups(ctx, spec, x, y):
+    groups = [ctx.new_group(ranks) for ranks in GROUP_RANKS]  # every rank creates both
+    mine = groups[0] if ctx.rank in GROUP_RANKS[0] else groups[1]
+    model = build_model(spec)
+    opt = make_optimizer(ctx, spec, model, group=mine)
+    out = train(ctx, spec, model, opt, x, y, range(spec["steps"]))
+    out["shard_bounds"] = [int(b) for b in opt.shard_bounds]
+    return out
+
+
+@pytest.mark.points(5)
+def test_process_subgroups(launch):
+    x, y = make_data(SPEC, WORLD)
+    values = launch(rank_subgroups, world_size=WORLD, args=(SPEC,),
+                    rank_args=rank_slices(x, y, WORLD), timeout=90).values
+    size = shard_numel(SPEC, 2)
+    for rank, value in enumerate(values):
+        expected = [(rank % 2) * size, (rank % 2 + 1) * size]
+        assert value["shard_bounds"] == expected, (
+            f"{where(rank, WORLD)} in group {GROUP_RANKS[rank // 2]}: shard_bounds "
+            f"{value['shard_bounds']}, expected {expected}; use the rank and size of `group`")
+    half = x.shape[1] // 2
+    for g, ranks in enumerate(GROUP_RANKS):
+        rows = slice(g * half, (g + 1) * half)
+        ref = reference_run(SPEC, x[:, rows], y[:, rows])
+        assert_history([values[r] for r in ranks], ref, 2,
+                       hint=f"group {ranks} must average over its own ranks only")
