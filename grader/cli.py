@@ -21,15 +21,18 @@ _BUILTIN_IMPLS = ("assignments", "solutions")
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
+    # parse_known_args: `bench --help` must reach the benchmark, not argparse.
+    args, unknown = parser.parse_known_args(argv)
+    if args.command == "bench":
+        from grader.bench import main as bench_main
+
+        return bench_main(unknown + list(args.rest))
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     args.root = args.root.resolve()
     if args.command is None:
         parser.print_help()
         return 2
-    if args.command == "bench":
-        from grader.bench import main as bench_main
-
-        return bench_main(list(args.rest))
     try:
         course = load_manifest(args.root / "assignments" / "course.toml")
         for assignment_id in getattr(args, "ids", []):

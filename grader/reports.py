@@ -32,16 +32,17 @@ _TRUNCATED += "The full results are in `results.json` and `junit.xml`.\n"
 def write_reports(run: RunResult, out_dir: Path, titles: dict[str, str] | None = None) -> None:
     """Write results.json, summary.md and junit.xml into `out_dir` (created if needed)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    results = json.dumps(gradescope_json(run), indent=2, ensure_ascii=False)
+    results = json.dumps(gradescope_json(run, tuple(titles or ())), indent=2, ensure_ascii=False)
     (out_dir / "results.json").write_text(results + "\n", encoding="utf-8")
     (out_dir / "summary.md").write_text(summary_markdown(run, titles), encoding="utf-8")
     (out_dir / "junit.xml").write_text(junit_xml(run), encoding="utf-8")
 
 
-def gradescope_json(run: RunResult) -> dict:
-    """The run in Gradescope's results.json format."""
+def gradescope_json(run: RunResult, order: tuple[str, ...] = ()) -> dict:
+    """The run in Gradescope's results.json format; assignments in `order` (course order)."""
     tests = []
-    for number, test in enumerate(run.tests, start=1):
+    ordered = [t for a in run.by_assignment(order) for t in a.tests]
+    for number, test in enumerate(ordered, start=1):
         tests.append({
             "name": f"{test.assignment}: {test.name}",
             "number": str(number),
@@ -60,7 +61,9 @@ def gradescope_json(run: RunResult) -> dict:
                 "not_graded_here": test.not_graded_here,
             },
         })
-    totals = {a.id: {"score": a.score, "max_score": a.max_score} for a in run.by_assignment()}
+    totals = {
+        a.id: {"score": a.score, "max_score": a.max_score} for a in run.by_assignment(order)
+    }
     return {
         "score": run.score,
         "execution_time": round(run.duration),  # whole seconds, as Gradescope shows them

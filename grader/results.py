@@ -13,6 +13,7 @@ than as a wrong score later. Scoring rules, in one place:
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -128,9 +129,8 @@ class RunResult:
         """Per-assignment totals: ids in `order` first (course order), then any others."""
         ids = [i for i in order if any(t.assignment == i for t in self.tests)]
         ids += sorted({t.assignment for t in self.tests} - set(ids))
-        return [
-            AssignmentScore(i, tuple(t for t in self.tests if t.assignment == i)) for i in ids
-        ]
+        ordered = sorted(self.tests, key=_report_order)
+        return [AssignmentScore(i, tuple(t for t in ordered if t.assignment == i)) for i in ids]
 
     @classmethod
     def load(cls, path: Path) -> RunResult:
@@ -154,6 +154,15 @@ class RunResult:
         exitstatus = _field(data, "exitstatus", int, source)
         parsed = tuple(_test(item, f"{source}: tests[{i}]") for i, item in enumerate(tests))
         return cls(impl, parsed, tuple(str(e) for e in errors), exitstatus)
+
+
+def _report_order(test: TestResult) -> tuple:
+    """Public tests first, then by node id with numbers compared as numbers (`[2]` < `[10]`).
+
+    Under xdist the plugin lists tests as they finish; reports must not depend on that.
+    """
+    natural = tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", test.nodeid))
+    return (test.visibility != "public", natural)
 
 
 _TEST_FIELDS: dict[str, type | tuple[type, ...]] = {

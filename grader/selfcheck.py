@@ -157,6 +157,7 @@ def selfcheck(
     echo: Callable[[str], None] = print,
 ) -> int:
     """Run every check, print progress and the table; 0 when nothing is breached, else 1."""
+    started = time.perf_counter()
     assignments = course.select(ids)
     verdicts = {a.id: {c: Verdict() for c in CHECKS} for a in assignments}
     for a in assignments:
@@ -196,11 +197,13 @@ def selfcheck(
         for check, verdict in checks.items()
         for b in verdict.breaches
     ]
+    elapsed = time.perf_counter() - started
     if breaches:
         echo("\nBreaches:")
         echo("\n".join(f"  - {b}" for b in breaches))
+        echo(f"\nselfcheck FAILED: {len(breaches)} breach(es) in {elapsed:.0f} s")
         return 1
-    echo("\nselfcheck passed.")
+    echo(f"\nselfcheck passed in {elapsed:.0f} s")
     return 0
 
 

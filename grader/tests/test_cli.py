@@ -106,6 +106,8 @@ def test_collection_errors_make_grading_fail_but_still_report(tmp_path, monkeypa
 def test_bench_lists_dispatches_and_refuses_unknown_names(monkeypatch, capsys):
     assert cli.main(["bench"]) == 0
     assert "harness" in capsys.readouterr().out
+    assert cli.main(["bench", "--help"]) == 0
+    assert "available benchmarks" in capsys.readouterr().out
     assert cli.main(["bench", "nope"]) == 2
     assert "no benchmark 'nope'" in capsys.readouterr().err
     seen = []

@@ -182,3 +182,12 @@ def test_format_table_aligns_columns():
     assert lines[0] == "name        n"
     assert lines[2] == "a           1"
     assert lines[3] == "long name  10"
+
+
+def test_reports_list_public_tests_first_then_in_natural_node_order():
+    tests = [entry("test_b[10]"), entry("test_b[2]"), entry("test_a", visibility="public"),
+             entry("test_a")]
+    [toy] = run_of(tests).by_assignment()
+    assert [(t.visibility, t.name) for t in toy.tests] == [
+        ("public", "test_a"), ("hidden", "test_a"), ("hidden", "test_b[2]"),
+        ("hidden", "test_b[10]")]

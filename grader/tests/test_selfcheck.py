@@ -125,7 +125,7 @@ def test_selfcheck_passes_a_sound_course(tmp_path, monkeypatch):
                              ("solutions", False)]
     assert "mutant:toy/off_by_one: caught by suites/toy/test_x.py::test_add (no)" in output
     assert "toy         ✓           ✓       ✓         ✓     ✓ 1 caught" in output
-    assert output.rstrip().endswith("selfcheck passed.")
+    assert "selfcheck passed in" in output.splitlines()[-1]
 
 
 def test_selfcheck_reports_every_breach(tmp_path, monkeypatch):
@@ -167,3 +167,4 @@ def test_selfcheck_end_to_end_on_a_toy_course(tmp_path):
     assert "toy solution: ok" in output and "toy stub: ok" in output
     assert "toy         ✓           ✓       ✓         ✓     ✗" in output
     assert output.count("\n  - ") == 1 and "has no mutant" in output
+    assert "selfcheck FAILED: 1 breach(es)" in output
