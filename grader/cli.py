@@ -14,7 +14,7 @@ from pathlib import Path
 
 from grader.manifest import REPO_ROOT, Course, ManifestError, load_manifest
 from grader.reports import format_table, terminal_report, write_reports
-from grader.runner import PYTEST_ERROR_CODES, run_session, suite_paths
+from grader.runner import run_session, suite_paths
 
 _BUILTIN_IMPLS = ("assignments", "solutions")
 
@@ -118,10 +118,12 @@ def _grade(args: argparse.Namespace, course: Course) -> int:
     print()
     print(terminal_report(session.result, titles))
     print(f"\nreports written to {args.out}/ (results.json, summary.md, junit.xml)")
-    failed_run = session.problem or session.result.collection_errors
-    if failed_run or session.result.exitstatus in PYTEST_ERROR_CODES:
-        print(f"error: the grading run itself failed: "
-              f"{session.problem or 'collection errors (above)'}", file=sys.stderr)
+    if session.result.collection_errors:
+        print("error: some suites could not be collected (above); run pytest on them "
+              "for the traceback", file=sys.stderr)
+        return 1
+    if session.problem:
+        print(f"error: the grading run itself failed: {session.problem}", file=sys.stderr)
         return 1
     return 0
 

@@ -21,10 +21,17 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
 
-from grader.results import NOT_GRADED_HERE, AssignmentScore, RunResult, TestResult
+from grader.results import (
+    NOT_GRADED_HERE,
+    AssignmentScore,
+    RunResult,
+    TestResult,
+    error_summary,
+)
 
 COMMENT_LIMIT = 65_536  # GitHub rejects longer issue and PR comments.
 REASON_CHARS = 200
+MAX_ERRORS_SHOWN = 10
 _TRUNCATED = "\n\n> **Report truncated** ({shown} of {total} test rows shown) to fit a comment. "
 _TRUNCATED += "The full results are in `results.json` and `junit.xml`.\n"
 
@@ -74,7 +81,7 @@ def gradescope_json(run: RunResult, order: tuple[str, ...] = ()) -> dict:
             "impl": run.impl,
             "max_score": run.max_score,
             "assignments": totals,
-            "collection_errors": [_one_line(e) for e in run.collection_errors],
+            "collection_errors": [_short(error_summary(e)) for e in run.collection_errors],
         },
         "tests": tests,
     }
@@ -107,7 +114,11 @@ def summary_markdown(
     head += [f"Graded implementation: `{md_escape(run.impl)}`", ""]
     if run.collection_errors:
         head += ["**The grader could not collect every test** (this is not your score):", ""]
-        head += [f"- {md_escape(_one_line(e))}" for e in run.collection_errors] + [""]
+        errors = [f"- {md_escape(_short(error_summary(e)))}" for e in run.collection_errors]
+        if len(errors) > MAX_ERRORS_SHOWN:
+            hidden = len(errors) - MAX_ERRORS_SHOWN
+            errors = errors[:MAX_ERRORS_SHOWN] + [f"- … and {hidden} more"]
+        head += errors + [""]
     head += ["| assignment | score | passed | failed | not graded here |"]
     head += ["|---|---:|---:|---:|---:|"]
     for a in assignments:
@@ -268,5 +279,5 @@ def terminal_report(run: RunResult, titles: dict[str, str] | None = None) -> str
         blocks.append(f"{excluded} points of GPU-only tests {NOT_GRADED_HERE}; "
                       "excluded from the maximum.")
     for error in run.collection_errors:
-        blocks.append(f"collection error: {_one_line(error)}")
+        blocks.append(f"collection error: {_short(error_summary(error))}")
     return "\n".join(blocks)

@@ -68,6 +68,19 @@ class TestResult:
         return self.reason or self.outcome
 
 
+def error_summary(error: str) -> str:
+    """One safe line for a collection error: where, and the exception's last line.
+
+    The plugin's text is a traceback tail that can quote lines of a hidden suite; reports show
+    only `<node id>: <ExceptionType: message>` (run pytest on the file for the traceback).
+    """
+    where, _, detail = error.partition(": ")
+    lines = [line.strip() for line in detail.splitlines() if line.strip()]
+    raised = [line[1:].strip() for line in lines if line.startswith("E ")]
+    last = raised[-1] if raised else (lines[-1] if lines else "")
+    return f"{where}: {last}" if last else where
+
+
 def _prefixed(verdict: str, reason: str) -> str:
     """`verdict`, followed by the reason's detail unless the reason already starts with it."""
     if not reason or reason == verdict:

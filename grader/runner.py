@@ -71,7 +71,8 @@ def pytest_command(
     command += ["--noconftest", "-p", "grader.plugin", "-p", "xdist.plugin", "--graded"]
     command += ["--impl", impl, "--mlsys-results", str(results_path), f"--rootdir={root}"]
     command += ["--hidden-root", str(hidden_root(root, suites))]
-    command += ["-p", "no:terminal", "-p", "no:cacheprovider"]
+    # A broken suite file must not stop the others from grading; it is still reported.
+    command += ["-p", "no:terminal", "-p", "no:cacheprovider", "--continue-on-collection-errors"]
     if progress:
         command.append("--mlsys-progress")
     if workers > 0:
@@ -115,7 +116,9 @@ def run_session(
             last = [line for line in tail.splitlines() if line.strip()][-2:]
             detail = f" (pytest exit {returncode}: {' / '.join(last)})" if last else ""
             problem = problem or f"{exc}{detail}"
-        if result is not None and returncode in PYTEST_ERROR_CODES and not problem:
+        collection_failed = result is not None and bool(result.collection_errors)
+        if result is not None and returncode in PYTEST_ERROR_CODES and not problem \
+                and not (returncode == 2 and collection_failed):  # reported as such
             problem = f"pytest exited with {returncode} ({PYTEST_ERROR_CODES[returncode]})"
         return Session(returncode, timed_out, wall_s, tail, result, problem)
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from grader.manifest import Assignment, Course
 from grader.reports import format_table
-from grader.results import RunResult
+from grader.results import RunResult, error_summary
 from grader.runner import Session, run_session, suite_paths
 from grader.signatures import compare_files
 
@@ -255,7 +255,7 @@ def _usable(session: Session, what: str) -> tuple[RunResult | None, list[str]]:
         problems.append(f"{what}: {session.problem}")
     run = session.result
     if run is not None:
-        problems += [f"{what}: collection error: {e.splitlines()[0] if e else e}"
+        problems += [f"{what}: collection error: {error_summary(e)}"
                      for e in run.collection_errors]
         if not run.tests:
             problems.append(f"{what}: no graded test was collected")

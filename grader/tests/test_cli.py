@@ -14,7 +14,7 @@ import grader.bench as bench
 import grader.cli as cli
 from grader.bench.harness import ratio_rows, verdicts
 from grader.manifest import REPO_ROOT, load_manifest
-from grader.tests._fakes import make_course, session, stub_tests
+from grader.tests._fakes import make_course
 
 SCHEMA = json.loads((REPO_ROOT / "grader" / "schemas" / "results.schema.json").read_text())
 
@@ -94,13 +94,18 @@ def test_grade_a_submission_directory(tmp_path):
     assert results["score"] == 2  # test_zero passes for a - 0, test_add does not
 
 
-def test_collection_errors_make_grading_fail_but_still_report(tmp_path, monkeypatch, capsys):
+def test_a_broken_suite_file_fails_the_run_but_the_rest_is_graded(tmp_path, capsys):
     root = make_course(tmp_path / "course")
-    broken = session(stub_tests(), collection_errors=["suites/toy/test_y.py: SyntaxError"])
-    monkeypatch.setattr(cli, "run_session", lambda *a, **k: broken)
-    assert grade(root, tmp_path / "out") == 1
-    assert "the grading run itself failed" in capsys.readouterr().err
-    assert "could not collect" in (tmp_path / "out" / "summary.md").read_text(encoding="utf-8")
+    broken = root / "suites" / "toy" / "test_broken.py"
+    broken.write_text("HIDDEN_INPUT = 1234567\nimport no_such_module_here\n", encoding="utf-8")
+    out = tmp_path / "out"
+    assert grade(root, out, "--impl", "solutions") == 1
+    captured = capsys.readouterr()
+    assert "could not be collected" in captured.err
+    summary = (out / "summary.md").read_text(encoding="utf-8")
+    assert "could not collect" in summary and "No module named" in summary
+    assert "1234567" not in summary + captured.out  # no suite source in what students see
+    assert json.loads((out / "results.json").read_text(encoding="utf-8"))["score"] == 4
 
 
 def test_bench_lists_dispatches_and_refuses_unknown_names(monkeypatch, capsys):

@@ -18,7 +18,7 @@ from grader.reports import (
     terminal_report,
     write_reports,
 )
-from grader.results import ResultsError, RunResult
+from grader.results import ResultsError, RunResult, error_summary
 from grader.tests._fakes import entry, run_json, solution_tests, stub_tests
 
 SCHEMA = json.loads(
@@ -146,9 +146,16 @@ def test_summary_is_truncated_to_fit_a_comment():
     assert "truncated" not in small
 
 
-def test_summary_lists_collection_errors_first_line_only():
-    summary = summary_markdown(run_of([], collection_errors=["suite.py: boom\nsecret input"]))
-    assert "could not collect" in summary and "suite.py: boom" in summary
+def test_collection_errors_show_where_and_the_exception_only():
+    error = ("suites/toy/test_x.py: in <module>\n    SECRET = [3, 1, 4]\n"
+             "E   ModuleNotFoundError: No module named 'foo'")
+    expected = "suites/toy/test_x.py: ModuleNotFoundError: No module named 'foo'"
+    assert error_summary(error) == expected
+    summary = summary_markdown(run_of([], collection_errors=[error] * 12))
+    assert "could not collect" in summary and "SECRET" not in summary
+    assert summary.count("No module named") == 10 and "… and 2 more" in summary
+    document = gradescope_json(run_of([], collection_errors=[error]))
+    assert document["extra_data"]["collection_errors"] == [error_summary(error)]
 
 
 def test_junit_xml_parses_and_counts(tmp_path):

@@ -44,8 +44,9 @@ def test_stub_must_fail_every_test_with_not_implemented():
     [
         ({"timed_out": True, "problem": "ran past 5 s"}, "the session hung and was killed"),
         ({"problem": "pytest exited with 4 (usage error)"}, "usage error"),
-        ({"collection_errors": ["suites/toy/test_x.py: SyntaxError\nsource"]},
-         "collection error: suites/toy/test_x.py: SyntaxError"),
+        ({"collection_errors": ["suites/toy/test_x.py: in <module>\n    x = (\nE   SyntaxError: "
+                                "'(' was never closed"]},
+         "collection error: suites/toy/test_x.py: SyntaxError: '(' was never closed"),
     ],
 )
 def test_a_broken_session_is_a_breach(kwargs, expected):
