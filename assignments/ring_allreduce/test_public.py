@@ -1,0 +1,160 @@
+"""Public tests of ring_allreduce (20 of 100 points): run `pytest assignments/ring_allreduce`.
+
+Each test starts fresh rank processes with `launch`, runs a rank function there (the functions
+named `rank_*` below, which import your ring.py through `ctx.impl_module`), and compares what the
+ranks return with plain torch computed here. Every launch allows only point-to-point calls: a
+collective such as `dist.all_reduce` fails the test. The hidden suite checks the same things more
+thoroughly: world sizes 1-6, every op and dtype, odd sizes, non-contiguous inputs, subgroups.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from grader.compare import assert_close
+from harness import P2P_APIS, Forbid, RankTimeout
+
+TIMEOUT_S = 60.0
+HANG_TIMEOUT_S = 20.0  # the deadlock test: a hang fails after this long instead of a minute
+P2P_ONLY = Forbid(allow_only=P2P_APIS, rule="only point-to-point calls (send, recv, isend, "
+                                             "irecv, batch_isend_irecv) are allowed")
+SHIFT_ONLY = Forbid(allow_only=frozenset({"send", "recv"}),
+                    rule="ring_shift uses only blocking dist.send and dist.recv")
+
+
+def rank_input(rank: int, numel: int) -> torch.Tensor:
+    """What rank `rank` contributes: small integers, so every sum is exact in float32."""
+    return ((torch.arange(numel) * (rank + 3) + 7 * rank) % 11 - 5).to(torch.float32)
+
+
+# ---- rank functions: these run inside the rank processes ----------------------------------
+
+def rank_chunk_bounds(ctx, pairs):
+    ring = ctx.impl_module("ring_allreduce", "ring")
+    return [[list(b) for b in ring.chunk_bounds(numel, size)] for numel, size in pairs]
+
+
+def rank_shift(ctx, numel):
+    ring = ctx.impl_module("ring_allreduce", "ring")
+    return ring.ring_shift(torch.full((numel,), float(ctx.rank)))
+
+
+def rank_all_reduce(ctx, numel, op):
+    ring = ctx.impl_module("ring_allreduce", "ring")
+    tensor = rank_input(ctx.rank, numel)
+    returned = ring.ring_all_reduce(tensor, op=op)
+    return {"tensor": tensor, "returned_input": returned is tensor}
+
+
+def rank_reduce_scatter_all_gather(ctx, numel):
+    ring = ctx.impl_module("ring_allreduce", "ring")
+    tensor = rank_input(ctx.rank, numel)
+    chunk = ring.ring_reduce_scatter(tensor, op="sum")
+    unchanged = torch.equal(tensor, rank_input(ctx.rank, numel))
+    start, end = ring.chunk_bounds(numel, ctx.world_size)[ctx.rank]
+    full = torch.full((numel,), -1.0)  # only this rank's chunk is valid on entry
+    full[start:end] = chunk
+    gathered = ring.ring_all_gather(full)
+    return {"chunk": chunk, "input_unchanged": unchanged, "gathered": gathered,
+            "returned_input": gathered is full}
+
+
+# ---- tests ----------------------------------------------------------------------------------
+
+@pytest.mark.points(4)
+def test_chunk_bounds(launch):
+    pairs = [(10, 4), (8, 4), (3, 4), (0, 2), (7, 1)]
+    expected = [[[0, 3], [3, 6], [6, 8], [8, 10]], [[0, 2], [2, 4], [4, 6], [6, 8]],
+                [[0, 1], [1, 2], [2, 3], [3, 3]], [[0, 0], [0, 0]], [[0, 7]]]
+    got = launch(rank_chunk_bounds, 1, args=(pairs,), timeout=TIMEOUT_S).values[0]
+    for (numel, size), g, e in zip(pairs, got, expected):
+        assert g == e, (f"chunk_bounds({numel}, {size}) returned {g}, expected {e}: sizes "
+                        "differ by at most one and the first numel % world_size are larger")
+
+
+@pytest.mark.points(4)
+def test_ring_shift_three_ranks_large_message(launch):
+    """4 MiB per rank on 3 ranks: sends really block, so a wrong order deadlocks here."""
+    world_size, numel = 3, 1 << 20
+    try:
+        result = launch(rank_shift, world_size, args=(numel,), forbid=SHIFT_ONLY,
+                        timeout=HANG_TIMEOUT_S)
+    except RankTimeout as exc:
+        raise AssertionError(
+            f"ring_shift on {world_size} ranks did not finish within {HANG_TIMEOUT_S:g} s: "
+            "does every rank send first? A blocking send waits for its receiver, so that is a "
+            f"cycle of waits. See README §3.\n{exc}") from None
+    for rank, got in enumerate(result.values):
+        source = (rank - 1) % world_size
+        assert_close(got, torch.full((numel,), float(source)),
+                     what=f"[rank {rank} of {world_size}] ring_shift",
+                     hint=f"rank {rank} must receive from rank {source}")
+
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_ring_all_reduce_sum(launch, world_size):
+    numel = 10  # not a multiple of 4: chunks of different sizes
+    result = launch(rank_all_reduce, world_size, args=(numel, "sum"), forbid=P2P_ONLY,
+                    timeout=TIMEOUT_S)
+    expected = sum(rank_input(r, numel) for r in range(world_size))
+    for rank, got in enumerate(result.values):
+        what = f"[rank {rank} of {world_size}] ring_all_reduce(op='sum')"
+        assert got["returned_input"], f"{what} must return the tensor it was given"
+        assert_close(got["tensor"], expected, what=what, hint="is the input reduced in place?")
+
+
+@pytest.mark.points(3)
+def test_ring_reduce_scatter_and_all_gather(launch):
+    world_size, numel = 4, 10
+    result = launch(rank_reduce_scatter_all_gather, world_size, args=(numel,),
+                    forbid=P2P_ONLY, timeout=TIMEOUT_S)
+    total = sum(rank_input(r, numel) for r in range(world_size))
+    bounds = [(0, 3), (3, 6), (6, 8), (8, 10)]
+    for rank, got in enumerate(result.values):
+        where = f"[rank {rank} of {world_size}]"
+        start, end = bounds[rank]
+        assert_close(got["chunk"], total[start:end], what=f"{where} ring_reduce_scatter",
+                     hint=f"rank {rank} returns chunk {rank} of the sum")
+        assert got["input_unchanged"], f"{where} ring_reduce_scatter modified its input"
+        assert got["returned_input"], f"{where} ring_all_gather must return its argument"
+        assert_close(got["gathered"], total, what=f"{where} ring_all_gather",
+                     hint="each chunk comes from the rank that owns it")
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("op", ["avg", "max"])
+def test_ring_all_reduce_avg_and_max(launch, op):
+    world_size, numel = 3, 7
+    result = launch(rank_all_reduce, world_size, args=(numel, op), forbid=P2P_ONLY,
+                    timeout=TIMEOUT_S)
+    stacked = torch.stack([rank_input(r, numel) for r in range(world_size)])
+    expected = stacked.mean(0) if op == "avg" else stacked.amax(0)
+    for rank, got in enumerate(result.values):
+        assert_close(got["tensor"], expected,
+                     what=f"[rank {rank} of {world_size}] ring_all_reduce(op={op!r})",
+                     hint="divide by N exactly once" if op == "avg" else "")
+
+
+@pytest.mark.points(3)
+def test_ring_all_reduce_cost(launch):
+    """2(N-1) messages per rank, all to the successor, at most 2·ceil(D/N)·(N-1) elements."""
+    world_size, numel = 4, 1001
+    result = launch(rank_all_reduce, world_size, args=(numel, "sum"), forbid=P2P_ONLY,
+                    timeout=TIMEOUT_S)
+    budget = 2 * math.ceil(numel / world_size) * (world_size - 1)
+    for rank, records in enumerate(result.comm):
+        sends = [r for r in records if r.op in ("send", "isend")]
+        successor = (rank + 1) % world_size
+        where = f"[rank {rank} of {world_size}] ring_all_reduce"
+        assert len(sends) == 2 * (world_size - 1), (
+            f"{where} sent {len(sends)} messages; a ring sends 2(N-1) = "
+            f"{2 * (world_size - 1)}, one chunk per step")
+        assert all(r.peer == successor for r in sends), (
+            f"{where} sent to ranks {sorted({r.peer for r in sends}, key=str)}; it may only "
+            f"send to its successor, rank {successor}")
+        total = sum(r.numel for r in sends)
+        assert total <= budget, f"{where} sent {total} elements, over the budget of {budget}"

@@ -1,0 +1,51 @@
+"""Argument errors (hidden suite): raised on every rank, before any message is sent."""
+
+from __future__ import annotations
+
+import pytest
+
+from grader.suites.ring_allreduce._common import P2P_ONLY, SEND_OPS, TIMEOUT_S, sections
+from grader.suites.ring_allreduce._ranks import op_errors
+
+CALLS = [
+    ("ring_all_reduce", "mean", "float32"),
+    ("ring_all_reduce", "SUM", "float32"),
+    ("ring_reduce_scatter", "prod", "float64"),
+    ("ring_all_reduce", "avg", "int32"),
+    ("ring_all_reduce", "avg", "int64"),
+    ("ring_reduce_scatter", "avg", "int64"),
+]
+EXPECTED = ["ValueError", "ValueError", "ValueError", "TypeError", "TypeError", "TypeError"]
+
+
+@pytest.fixture(scope="module")
+def errors(launch):
+    return launch(op_errors, 3, args=(CALLS,), forbid=P2P_ONLY, timeout=TIMEOUT_S)
+
+
+@pytest.mark.points(1)
+def test_unknown_op_raises_value_error(errors):
+    for (function, op, dtype), got, want in zip(CALLS, errors.values[0], EXPECTED):
+        if want == "ValueError" and got != want:
+            raise AssertionError(f"{function}(op={op!r}) on {dtype} gave {got}; an unknown op "
+                                 "must raise ValueError (ops are case-sensitive)")
+
+
+@pytest.mark.points(1)
+def test_avg_on_integers_raises_type_error(errors):
+    for (function, _op, dtype), got, want in zip(CALLS, errors.values[0], EXPECTED):
+        if want == "TypeError" and got != want:
+            raise AssertionError(f"{function}(op='avg') on {dtype} gave {got}; averaging an "
+                                 "integer tensor must raise TypeError")
+
+
+@pytest.mark.points(1)
+def test_errors_raised_before_sending(errors):
+    for rank, records in enumerate(errors.comm):
+        for index, calls in sections(records).items():
+            sent = [r for r in calls if r.op in SEND_OPS]
+            if sent:
+                function, op, dtype = CALLS[int(index.split()[-1])]
+                raise AssertionError(f"[rank {rank} of 3] {function}(op={op!r}) on {dtype} "
+                                     f"sent {len(sent)} message(s) before failing; check the "
+                                     "arguments before communicating")

@@ -1,0 +1,7 @@
+"""Runs N-2 reduce-scatter steps: every chunk misses one rank's contribution."""
+from harness.mutation import mutate
+
+MUTATES = "ring"
+mutate(globals(), "ring_allreduce", "ring", replace=[
+    ("for step in range(n - 1):", "for step in range(n - 2):"),
+])
