@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from harness import payload, proctree
+from harness import payload, proctree, sandbox
 from harness.commlog import CommRecord, Forbid
 from harness.errors import (
     ForbiddenCallError,
@@ -84,24 +84,44 @@ def _rank_env() -> dict[str, str]:
     return env
 
 
+def _write_interpreter(prefix: list[str], setup_lines: list[str]) -> str:
+    """A wrapper that starts Python (under `prefix`, e.g. the sandbox) through harness/shim.py."""
+    import shlex
+    import sys
+
+    shim = os.path.join(os.path.dirname(os.path.abspath(__file__)), "shim.py")
+    folder = tempfile.mkdtemp(prefix="mlsys-interpreter-")
+    os.chmod(folder, 0o755)
+    path = os.path.join(folder, "python")
+    command = [*prefix, sys.executable, "-I", shim]
+    with open(path, "w") as f:
+        f.write("\n".join(["#!/bin/sh", *setup_lines,
+                           "exec " + " ".join(shlex.quote(a) for a in command) + ' "$@"']) + "\n")
+    os.chmod(path, 0o755)
+    return path
+
+
 def mp_context() -> Any:
     """The forkserver context, started once per process with the rank environment."""
     global _context
     if _context is None:
         ctx = multiprocessing.get_context("forkserver")
         ctx.set_forkserver_preload(PRELOAD)
-        with _temporary_env(_rank_env()), _without_main_module():
+        prefix, setup_lines = sandbox.interpreter_prefix()
+        ctx.set_executable(_write_interpreter(prefix, setup_lines))
+        with _temporary_env(_rank_env()), _spawn_preparation(sandbox.workdir_base()):
             multiprocessing.forkserver.ensure_running()
         _context = ctx
     return _context
 
 
 @contextmanager
-def _without_main_module():
-    """Hide `__main__` while a rank starts, so the child does not re-run the parent's script.
+def _spawn_preparation(cwd: str | None = None):
+    """Shape what multiprocessing tells a new rank about this process.
 
-    multiprocessing's spawn preparation would otherwise import the parent's main module in every
-    rank (`python -m pytest`, a benchmark script); rank functions are found by file instead.
+    `__main__` is hidden so the child does not re-run the parent's script (`python -m pytest`, a
+    benchmark): rank functions travel by value instead. Under the sandbox the working directory
+    is switched to one the rank can see, since the child starts by changing into it.
     """
     import sys
     import types
@@ -110,11 +130,16 @@ def _without_main_module():
     blank = types.ModuleType("__main__")
     blank.__spec__ = None
     sys.modules["__main__"] = blank
+    old_cwd = os.getcwd() if cwd else None
+    if cwd:
+        os.chdir(cwd)
     try:
         yield
     finally:
         if saved is not None:
             sys.modules["__main__"] = saved
+        if old_cwd:
+            os.chdir(old_cwd)
 
 
 def resolve_backend(backend: str, world_size: int) -> str:
@@ -223,6 +248,8 @@ def _exit_error(job: RankJob, exitcode: int | None, world_size: int) -> RankExit
         except ValueError:
             name = f"signal {-exitcode}"
         why = f"was killed by {name}"
+        if name == "SIGKILL" and sandbox.status().mode != "off":
+            why += " (over the sandbox's memory or process limit?)"
     elif exitcode == 0:
         why = "exited with status 0 without returning a result (os._exit in rank code?)"
     else:
@@ -287,7 +314,9 @@ def launch(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] =
     spec = impl if isinstance(impl, ImplSpec) else resolve_impl(impl)
     chosen_backend = resolve_backend(backend, world_size)
     ctx = mp_context()
-    workdir = tempfile.mkdtemp(prefix="mlsys-launch-")
+    workdir = tempfile.mkdtemp(prefix="mlsys-launch-", dir=sandbox.workdir_base())
+    if sandbox.workdir_base():
+        os.chmod(workdir, 0o777)  # ranks run as another user inside the sandbox
     procs: list[Any] = []
     started = time.monotonic()
     try:
@@ -306,7 +335,7 @@ def launch(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] =
         for job in jobs:
             proc = ctx.Process(target=rank_entry, args=(job,), name=f"mlsys-rank{job.rank}",
                                daemon=True)
-            with _without_main_module():
+            with _spawn_preparation(sandbox.workdir_base()):
                 proc.start()
             procs.append(proc)
         _watch(procs, jobs, started + timeout, timeout, qualname)

@@ -31,8 +31,10 @@ from harness.commlog import CommLog, Forbid
 from harness.context import RankContext
 from harness.errors import ForbiddenCallError
 from harness.impl import ImplSpec
+from harness.sandbox import UNPRIVILEGED_UID
 
 MAX_ERROR_CHARS = 20_000
+MAX_PROCESSES = 512
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,8 @@ def _isolate(job: RankJob) -> None:
             pass
     limit = job.max_file_bytes
     resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    if os.geteuid() == UNPRIVILEGED_UID:  # sandboxed: cap this user's processes (fork bombs)
+        resource.setrlimit(resource.RLIMIT_NPROC, (MAX_PROCESSES, MAX_PROCESSES))
 
 
 def _capture_output(job: RankJob) -> Any:
