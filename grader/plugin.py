@@ -47,6 +47,7 @@ class _State:
     results_path: str | None
     progress: bool
     hidden_roots: list[Path]
+    sandbox: dict[str, Any] = field(default_factory=dict)
     tests: dict[str, TestOutcome] = field(default_factory=dict)
     collection_errors: list[str] = field(default_factory=list)
 
@@ -67,6 +68,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="write per-test outcomes, points and reasons as JSON to PATH")
     group.addoption("--mlsys-progress", action="store_true",
                     help="print one line per finished test with its points")
+    group.addoption("--sandbox", choices=("off", "on", "strict"), default="off",
+                    help="run ranks sandboxed (harness/sandbox.py); strict: fail unless the "
+                         "full sandbox could be set up")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -80,8 +84,27 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(exc)) from None
     roots = [REPO_ROOT / "grader" / "suites"]
     roots += [Path(p).resolve() for p in config.getoption("hidden_root")]
+    sandbox_status = _enable_sandbox(config.getoption("sandbox"), impl, roots)
     config.stash[STATE] = _State(impl=impl, results_path=config.getoption("mlsys_results"),
-                                 progress=config.getoption("mlsys_progress"), hidden_roots=roots)
+                                 progress=config.getoption("mlsys_progress"), hidden_roots=roots,
+                                 sandbox=sandbox_status)
+
+
+def _enable_sandbox(mode: str, impl: str, hidden_roots: list[Path]) -> dict[str, Any]:
+    """Sandbox this process's ranks; hide suites, solutions (unless under test) and git history."""
+    from harness import sandbox
+
+    if mode == "off":
+        return sandbox.status().to_plain()
+    spec = resolve_impl(impl)
+    hide = [str(p) for p in hidden_roots] + [str(REPO_ROOT / ".git")]
+    if spec.kind not in ("solutions", "mutant"):
+        hide.append(str(REPO_ROOT / "solutions"))
+    readable = [spec.root] if spec.kind == "dir" else []
+    status = sandbox.enable(sandbox.SandboxConfig(hide=tuple(hide), readable=tuple(readable)))
+    if mode == "strict" and status.mode != "full":
+        raise pytest.UsageError(f"{status.summary}; --sandbox strict needs the full sandbox")
+    return status.to_plain()
 
 
 # -- classification -------------------------------------------------------------------------
@@ -237,6 +260,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     data: dict[str, Any] = {
         "impl": state.impl,
+        "sandbox": state.sandbox,
         "tests": [asdict(t) for t in state.tests.values()],
         "collection_errors": list(state.collection_errors),
         "exitstatus": int(exitstatus),

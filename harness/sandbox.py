@@ -16,6 +16,7 @@ rank regardless, by `harness.rankmain`.
 
 from __future__ import annotations
 
+import atexit
 import os
 import shlex
 import shutil
@@ -259,4 +260,15 @@ def enable(config: SandboxConfig) -> SandboxStatus:
     status_ = SandboxStatus(mode=mode, applied=tuple(applied), missing=tuple(missing),
                             workdir_base=work)
     _active = _Active(status=status_, command=sandbox_cmd, cgroups=joins)
+    atexit.register(_cleanup, base, joins)
     return status_
+
+
+def _cleanup(base: str, cgroup_procs: list[str]) -> None:
+    """Best effort at exit: the work folder, and the cgroups once their processes are gone."""
+    shutil.rmtree(base, ignore_errors=True)
+    for procs in cgroup_procs:
+        try:
+            os.rmdir(os.path.dirname(procs))
+        except OSError:
+            pass

@@ -76,7 +76,7 @@ def test_one_failing_rank_stops_the_others_at_once():
     start = time.monotonic()
     with pytest.raises(RankFailure) as info:
         launch(rankfns.raise_on_rank, world_size=3, args=(1, 60.0), timeout=60)
-    assert time.monotonic() - start < 15
+    assert time.monotonic() - start < 30  # not the 60 s the others would sleep
     err = info.value
     assert err.rank == 1 and err.exc_type == "ValueError"
     assert str(err).splitlines()[0] == "rank 1 of 3 raised ValueError: rank 1 hit a bad value"

@@ -1,0 +1,64 @@
+"""The sandbox: another user, no network but loopback, hidden suites, no secrets, capped memory."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PROBE = Path(__file__).with_name("sandbox_probe.py")
+
+
+@pytest.fixture(scope="module")
+def report():
+    proc = subprocess.run([sys.executable, str(PROBE)], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def full_sandbox_expected() -> bool:
+    return shutil.which("bwrap") is not None and sys.platform.startswith("linux")
+
+
+def test_status_says_what_was_applied(report):
+    status = report["status"]
+    assert status["summary"].startswith(f"sandbox: {status['mode']}")
+    if full_sandbox_expected() and status["mode"] != "full":
+        pytest.fail(f"bwrap is installed but the sandbox is degraded: {status['summary']}")
+    if status["mode"] == "degraded":
+        assert status["missing"] and "degraded — " in status["summary"]
+
+
+def test_ranks_still_communicate_over_loopback(report):
+    assert [r["all_reduce"] for r in report["ranks"]] == [3.0, 3.0]
+
+
+def test_the_environment_is_scrubbed(report):
+    for rank in report["ranks"]:
+        assert "MLSYS_FAKE_TOKEN" not in rank["env"]
+        assert not any(k.startswith(("GITHUB_", "ACTIONS_", "RUNNER_")) for k in rank["env"])
+
+
+def test_hidden_paths_internet_and_writes_are_out_of_reach(report):
+    if report["status"]["mode"] != "full":
+        pytest.skip(f"not checked here: {report['status']['summary']}")
+    for rank in report["ranks"]:
+        visible = rank["visible"]
+        assert not any(v for p, v in visible.items() if not p.endswith("harness")), visible
+        assert visible[next(p for p in visible if p.endswith("harness"))]
+        assert rank["internet"] is False and rank["repo_writable"] is False
+        if os.geteuid() == 0:
+            assert rank["uid"] == 65534
+
+
+def test_memory_is_capped(report):
+    if not any("memory" in item for item in report["status"]["applied"]):
+        pytest.skip(f"not checked here: {report['status']['summary']}")
+    assert report["memory"] != "allocated 3 GiB"
+    assert "killed by SIGKILL" in report["memory"] or "MemoryError" in report["memory"]
