@@ -133,8 +133,9 @@ class ComputeGuard(TorchDispatchMode):
         allow: extra operator names (aten overload packets, e.g. "cumsum") to allow.
 
     `violations` (list of ComputeViolation), `allowed_ops` (names allowed by rules 2 and 3)
-    and `triton_ops` (names run by triton itself, rule 1) are filled as operators run. Raising does not depend on the code under
-    test letting the exception through: `violations` keeps the record either way.
+    and `triton_ops` (names run by triton itself, rule 1) are filled as operators run.
+    Raising does not depend on the code under test letting the exception through:
+    `violations` keeps the record either way.
     """
 
     def __init__(self, what: str = "the wrapper", *, strict: bool = True,
