@@ -148,14 +148,41 @@ def isolated_env() -> dict[str, str]:
     return env
 
 
+class SessionsStopped(RuntimeError):
+    """`stop_all_sessions()` was called: no new session starts."""
+
+
+_live: set[subprocess.Popen] = set()
+_live_lock = threading.Lock()
+_stopping = threading.Event()
+
+
+def stop_all_sessions() -> None:
+    """Kill every running session's process group and refuse new ones (on Ctrl-C, SIGTERM).
+
+    Sessions run in worker threads under selfcheck; only the main thread sees the signal, so
+    it must end the sessions itself or wait for all of them.
+    """
+    _stopping.set()
+    with _live_lock:
+        live = list(_live)
+    for process in live:
+        _kill_group(process)
+
+
 def _run(
     command: list[str], cwd: Path, timeout: float, on_line: Callable[[str], None] | None
 ) -> tuple[int, bool, float, str]:
     start = time.perf_counter()
-    process = subprocess.Popen(
-        command, cwd=cwd, env=isolated_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True,
-    )
+    with _live_lock:
+        if _stopping.is_set():
+            raise SessionsStopped("the grader is stopping; no new pytest session")
+        process = subprocess.Popen(
+            command, cwd=cwd, env=isolated_env(), stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, errors="replace",
+            start_new_session=True,
+        )
+        _live.add(process)
     expired = threading.Event()
 
     def kill_group() -> None:
@@ -178,6 +205,8 @@ def _run(
         raise
     finally:
         watchdog.cancel()
+        with _live_lock:
+            _live.discard(process)
     # Leftovers of the session (rank processes a killed test left behind) go with it.
     _kill_group(process)
     return process.returncode, expired.is_set(), time.perf_counter() - start, "\n".join(tail)

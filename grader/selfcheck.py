@@ -26,7 +26,7 @@ from pathlib import Path
 from grader.manifest import Assignment, Course
 from grader.reports import format_table
 from grader.results import RunResult, error_summary
-from grader.runner import Session, run_session, suite_paths
+from grader.runner import Session, run_session, stop_all_sessions, suite_paths
 from grader.signatures import compare_files
 
 CHECKS = ("signatures", "points", "solution", "stub", "mutants")
@@ -185,10 +185,15 @@ def selfcheck(
             ): job
             for job in todo
         }
-        for done, future in enumerate(as_completed(futures), start=1):
-            job = futures[future]
-            line = _record(job, future.result(), verdicts[job.assignment], course)
-            echo(f"[{done:>{len(str(len(todo)))}}/{len(todo)}] {line}")
+        try:
+            for done, future in enumerate(as_completed(futures), start=1):
+                job = futures[future]
+                line = _record(job, future.result(), verdicts[job.assignment], course)
+                echo(f"[{done:>{len(str(len(todo)))}}/{len(todo)}] {line}")
+        except BaseException:  # Ctrl-C or SIGTERM: end the running sessions, start no more
+            pool.shutdown(wait=False, cancel_futures=True)
+            stop_all_sessions()
+            raise
     echo("")
     echo(_table(verdicts))
     breaches = [

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
+from grader.manifest import REPO_ROOT
 from grader.runner import hidden_root, isolated_env, pytest_command, run_session, suite_paths
 from grader.tests._fakes import make_course
 
@@ -88,3 +92,26 @@ def _alive(pid: int) -> bool:
             return False  # a zombie holds no resources; only its parent can reap it
         time.sleep(0.1)
     return True
+
+
+def test_sigterm_to_selfcheck_ends_its_running_sessions(tmp_path):
+    root = make_course(tmp_path, suite=HANGING_SUITE)
+    pid_file = tmp_path / "pids"
+    env = {**os.environ, "MLSYS_TEST_PIDS": str(pid_file)}
+    command = [sys.executable, "-m", "grader", "--root", str(root), "selfcheck",
+               "--suites", str(root / "suites"), "--jobs", "1"]
+    grader = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not pid_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert pid_file.exists(), "the hanging test never started"
+        time.sleep(0.2)  # the file is written before the test sleeps
+        grader.send_signal(signal.SIGTERM)
+        assert grader.wait(timeout=30) == 128 + signal.SIGTERM
+        for pid in map(int, pid_file.read_text().split()):
+            assert not _alive(pid), f"process {pid} outlived the grader"
+    finally:
+        grader.kill()
+        grader.wait()
