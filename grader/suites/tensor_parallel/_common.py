@@ -1,0 +1,173 @@
+"""Shared pieces of the tensor_parallel hidden suite.
+
+Parent side: dense layers built with plain torch from a seed, their forward and backward, the
+slice of a dense tensor that belongs to a rank, the windows of the communication log, and the
+unpacking of what the ranks returned. Rank side: rebuilding an `nn.Linear` from the dense
+weights the parent sent, and `run_parts`, which runs several independent checks in one launch.
+
+A launch runs a list of named *parts*. A part that raises NotImplementedError (a stub function)
+is recorded as such and the rank goes on with the next part, so a student who has written the
+operators but not yet the cross-entropy still gets the operators graded; the parent turns the
+record back into NotImplementedError ("not implemented") for the tests that read that part. Any
+other exception ends the launch, as it must: the other ranks may be blocked in a collective.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from grader.compare import assert_close
+from harness import CommRecord
+
+DTYPE = torch.float64
+TIMEOUT_S = 90.0
+ALL_REDUCE_OPS = frozenset({"all_reduce", "ProcessGroup.allreduce"})
+NOT_COMMUNICATION = frozenset({"mark"})
+
+
+# ---- parent: dense references ------------------------------------------------------------------
+
+def dense_linear(in_features: int, out_features: int, bias: bool, seed: int) -> nn.Linear:
+    """nn.Linear initialised from `seed`, in float64."""
+    torch.manual_seed(seed)
+    return nn.Linear(in_features, out_features, bias=bias).to(DTYPE)
+
+
+def linear_state(linear: nn.Linear) -> dict[str, torch.Tensor | None]:
+    """What the parent sends a rank to rebuild `linear`: detached copies of weight and bias."""
+    bias = None if linear.bias is None else linear.bias.detach().clone()
+    return {"weight": linear.weight.detach().clone(), "bias": bias}
+
+
+def randn(seed: int, *shape: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=DTYPE)
+
+
+def grads_of(linear: nn.Linear) -> dict[str, torch.Tensor | None]:
+    return {"weight": linear.weight.grad,
+            "bias": None if linear.bias is None else linear.bias.grad}
+
+
+def dense_linear_run(linear: nn.Linear, x: torch.Tensor,
+                     grad_out: torch.Tensor) -> dict[str, Any]:
+    """Output, input gradient and parameter gradients of `linear` for upstream `grad_out`."""
+    linear.zero_grad()
+    x = x.clone().requires_grad_()
+    y = linear(x)
+    y.backward(grad_out)
+    return {"y": y.detach(), "x_grad": x.grad, **{f"{k}_grad": v
+                                                   for k, v in grads_of(linear).items()}}
+
+
+def dense_mlp_run(up: nn.Linear, down: nn.Linear, x: torch.Tensor,
+                  grad_out: torch.Tensor) -> dict[str, Any]:
+    """The dense MLP down(gelu(up(x))): output and every gradient."""
+    up.zero_grad()
+    down.zero_grad()
+    x = x.clone().requires_grad_()
+    y = down(F.gelu(up(x)))
+    y.backward(grad_out)
+    return {"y": y.detach(), "x_grad": x.grad, "up": grads_of(up), "down": grads_of(down)}
+
+
+def dense_cross_entropy(logits: torch.Tensor, target: torch.Tensor,
+                        loss_weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token loss [...] and the gradient of sum(loss * loss_weight) w.r.t. the logits."""
+    logits = logits.clone().requires_grad_()
+    loss = F.cross_entropy(logits.flatten(0, -2), target.flatten(), reduction="none")
+    loss = loss.reshape(target.shape)
+    (loss * loss_weight).sum().backward()
+    return loss.detach(), logits.grad
+
+
+def shard(t: torch.Tensor | None, rank: int, world: int, dim: int = -1) -> torch.Tensor | None:
+    """Slice `rank` of `world` equal slices of `t` along `dim`."""
+    if t is None:
+        return None
+    width = t.shape[dim] // world
+    return t.narrow(dim, rank * width, width)
+
+
+# ---- parent: reading what the ranks returned ---------------------------------------------------
+
+def where(rank: int, world: int) -> str:
+    return f"[rank {rank} of {world}]"
+
+
+def part(values: Sequence[dict], name: str) -> list[Any]:
+    """Every rank's value of part `name`; NotImplementedError if a rank met a stub there."""
+    out = []
+    for value in values:
+        entry = value[name]
+        if "not_implemented" in entry:
+            raise NotImplementedError(f"{name}: {entry['not_implemented']}")
+        out.append(entry["value"])
+    return out
+
+
+def check(actual: Any, expected: torch.Tensor | None, what: str, hint: str = "") -> None:
+    """assert_close that also accepts None == None (a bias-less layer's bias and its grad)."""
+    if expected is None:
+        if actual is not None:
+            raise AssertionError(f"{what}: expected None (no bias), got a "
+                                 f"{type(actual).__name__}")
+        return
+    if actual is None:
+        raise AssertionError(f"{what}: got None; expected a tensor of shape "
+                             f"{tuple(expected.shape)}{'; ' + hint if hint else ''}")
+    assert_close(actual, expected, what=what, hint=hint)
+
+
+def windows(records: list[CommRecord]) -> dict[str, list[CommRecord]]:
+    """The communication records after each mark, keyed by the mark's label, up to the next."""
+    out: dict[str, list[CommRecord]] = {}
+    current: list[CommRecord] | None = None
+    for rec in records:
+        if rec.op == "mark":
+            current = out.setdefault(rec.label, [])
+        elif current is not None:
+            current.append(rec)
+    return out
+
+
+def describe(records: list[CommRecord]) -> str:
+    calls = [f"{r.op}({r.numel})" for r in records if r.op not in NOT_COMMUNICATION]
+    return ", ".join(calls) if calls else "no communication"
+
+
+# ---- rank side -----------------------------------------------------------------------------------
+
+def build_linear(state: dict[str, torch.Tensor | None]) -> nn.Linear:
+    """An nn.Linear holding copies of the dense weights the parent sent (plain torch)."""
+    weight, bias = state["weight"], state["bias"]
+    linear = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None,
+                       dtype=weight.dtype)
+    with torch.no_grad():
+        linear.weight.copy_(weight)
+        if bias is not None:
+            linear.bias.copy_(bias)
+    return linear
+
+
+def leaf(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().clone().requires_grad_()
+
+
+def param_grad(p: torch.Tensor | None) -> torch.Tensor | None:
+    return None if p is None else p.grad
+
+
+def run_parts(parts: Sequence[tuple[str, Callable[[], Any]]]) -> dict[str, dict[str, Any]]:
+    """Run each named part; a NotImplementedError is recorded and the next part runs."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, fn in parts:
+        try:
+            out[name] = {"value": fn()}
+        except NotImplementedError as exc:
+            out[name] = {"not_implemented": str(exc) or "NotImplementedError"}
+    return out
