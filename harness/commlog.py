@@ -264,7 +264,7 @@ class CommLog:
                 self._append(self._describe(name, spec, arguments))
             return self._call_unlogged(original, args, kwargs)
 
-        logged.__mlsys_original__ = original  # type: ignore[attr-defined]
+        del logged.__wrapped__  # no easy way back to the unlogged function
         return logged
 
     def _wrap_method(self, method: str, original: Callable) -> Callable:

@@ -48,16 +48,34 @@ MAX_FILE_BYTES = 256 * 1024 * 1024
 
 @dataclass(frozen=True)
 class LaunchResult:
-    """What a launch returned: `values[r]` and `comm[r]` (list of CommRecord) per rank."""
+    """What a launch returned, per rank: `values[r]`, `comm[r]` (list of CommRecord), and
+    `written_bytes[r]`: bytes the kernel saw the rank write other than its own files (the
+    transport traffic it sent, plus a few KiB of rendezvous), or None where /proc is missing.
+    Unlike `comm`, which code under test could tamper with, this count is taken from outside.
+    """
 
     values: list[Any]
     comm: list[list[CommRecord]]
     wall_s: float
     backend: str
+    written_bytes: list[int | None]
 
     @property
     def world_size(self) -> int:
         return len(self.values)
+
+    def unlogged_bytes(self, rank: int) -> int | None:
+        """Bytes rank `rank` wrote beyond the point-to-point sends in its comm log.
+
+        Near zero (a few KiB of rendezvous) for code that talks only through logged send/isend;
+        large when it moved data some other way (an unwrapped collective, a raw socket).
+        Meaningful only where every logged op is point-to-point. None without /proc.
+        """
+        written = self.written_bytes[rank]
+        if written is None:
+            return None
+        sent = sum(r.bytes for r in self.comm[rank] if r.op in ("send", "isend"))
+        return written - sent
 
 
 _context: Any = None
@@ -338,7 +356,7 @@ def launch(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] =
             with _spawn_preparation(sandbox.workdir_base()):
                 proc.start()
             procs.append(proc)
-        _watch(procs, jobs, started + timeout, timeout, qualname)
+        written = _watch(procs, jobs, started + timeout, timeout, qualname)
         results = [payload.load(job.path("result.pt"), max_result_bytes) for job in jobs]
     finally:
         for proc in procs:
@@ -362,28 +380,79 @@ def launch(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] =
                 f"assignment forbids ({rule}); the call was caught inside the rank, but it "
                 f"still counts", rank=r)
     return LaunchResult(values=values, comm=comm, wall_s=time.monotonic() - started,
-                        backend=chosen_backend)
+                        backend=chosen_backend, written_bytes=written)
+
+
+def _stopped(pid: int) -> bool:
+    """Whether `pid` is stopped (state T): a rank that wrote its result waits so, for us."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode(errors="replace")
+        return stat[stat.rfind(")") + 2:].split()[0] in ("T", "t")
+    except (OSError, IndexError):
+        return False
+
+
+def _written_bytes(pid: int) -> int | None:
+    """Bytes `pid` has written through write-like system calls (sockets and files), per the
+    kernel — the code under test cannot hide from or edit this count."""
+    try:
+        with open(f"/proc/{pid}/io") as f:
+            fields = dict(line.split(": ") for line in f.read().splitlines())
+        return int(fields["wchar"])
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def _finish_rank(job: RankJob, pid: int) -> int | None:
+    """The handshake: read the stopped rank's write counter, then end it.
+
+    Returns the bytes it wrote other than its own files (output log, result): what went to the
+    other ranks through the transport, plus a little rendezvous traffic. None without /proc.
+    """
+    written = _written_bytes(pid)
+    proctree.kill_tree(pid)
+    if written is None:
+        return None
+    own_files = 0
+    for suffix in ("log", "result.pt", "stack", "error.json"):
+        try:
+            own_files += os.path.getsize(job.path(suffix))
+        except OSError:
+            pass
+    return max(0, written - own_files)
 
 
 def _watch(procs: list[Any], jobs: list[RankJob], deadline: float, timeout: float,
-           fn_name: str) -> None:
-    """Wait for every rank; raise on the first failure, exit without result, or timeout."""
+           fn_name: str) -> list[int | None]:
+    """Wait for every rank; raise on the first failure, exit without result, or timeout.
+
+    A rank that returned writes its result and stops itself; only then does it count as done
+    (a rank that merely exits, even after forging a result file, has not returned). Returns the
+    kernel's count of bytes each rank wrote (see `_finish_rank`).
+    """
     world_size = len(procs)
     pending = {proc.sentinel: r for r, proc in enumerate(procs)}
+    written: list[int | None] = [None] * world_size
     while pending:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             live = set(pending.values())
             stacks = _collect_stacks(procs, jobs, live)
             raise _timeout_error(fn_name, timeout, stacks, world_size)
-        for sentinel in wait(list(pending), timeout=remaining):
+        for sentinel, r in list(pending.items()):
+            if os.path.exists(jobs[r].path("result.pt")) and _stopped(procs[r].pid):
+                written[r] = _finish_rank(jobs[r], procs[r].pid)
+                del pending[sentinel]
+        if not pending:
+            break
+        for sentinel in wait(list(pending), timeout=min(remaining, 0.01)):
             r = pending.pop(sentinel)
             procs[r].join()
-            if procs[r].exitcode == 0 and os.path.exists(jobs[r].path("result.pt")):
-                continue
             for other in pending.values():  # stop the others at once
                 proctree.kill_tree(procs[other].pid)
             raise _first_failure(procs, jobs, r)
+    return written
 
 
 def _first_failure(procs: list[Any], jobs: list[RankJob], noticed: int) -> Exception:

@@ -175,6 +175,13 @@ def rank_entry(job: RankJob) -> None:
         records = [r.to_plain() for r in log.records]
         payload.dump({"value": value, "comm": records}, job.path("result.pt"),
                      max_bytes=job.max_result_bytes)
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        # Returned: wait, stopped, for the parent to read our write counter and end us.
+        os.kill(os.getpid(), signal.SIGSTOP)
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the parent as text
         status = 1
         try:

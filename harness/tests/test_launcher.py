@@ -171,3 +171,21 @@ def _demo_impl(kind: str):
 
     root = os.path.join(os.path.dirname(__file__), "fixtures", "impl", kind)
     return ImplSpec(kind="dir", root=root, text=f"fixture:{kind}")
+
+
+def test_a_forged_result_file_without_returning_is_not_a_result():
+    with pytest.raises(RankExit, match="without returning"):
+        launch(rankfns.forge_result_and_exit, world_size=2)
+
+
+def test_the_kernel_counts_traffic_the_log_cannot_see():
+    numel = 250_000  # 1 MB per message
+    honest = launch(rankfns.send_ring, world_size=2, args=(numel, False))
+    sneaky = launch(rankfns.send_ring, world_size=2, args=(numel, True))
+    for r in range(2):
+        if honest.written_bytes[r] is None:
+            pytest.skip("no /proc/<pid>/io on this machine")
+        assert honest.unlogged_bytes(r) < 64 * 1024, honest.written_bytes
+        # the backend's own allreduce bypasses torch.distributed's Python API entirely
+        assert [rec.op for rec in sneaky.comm[r]] == ["isend", "irecv"]
+        assert sneaky.unlogged_bytes(r) > numel * 4 // 2, sneaky.written_bytes
