@@ -1,0 +1,186 @@
+"""Construction and bad input, on 4 ranks: shapes and init of fresh layers, ValueError for sizes
+the group size does not divide (6 features over 4 ranks: divisible by 2, not by 4), a row layer
+without bias, and a target whose shape does not match the logits.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+import torch
+
+from grader.suites.tensor_parallel._common import (
+    TIMEOUT_S,
+    build_linear,
+    check,
+    dense_linear,
+    dense_linear_run,
+    leaf,
+    linear_state,
+    param_grad,
+    part,
+    randn,
+    run_parts,
+    shard,
+    where,
+)
+
+WORLD = 4
+BAD = 6  # divisible by 2 but not by WORLD
+BIASLESS = dense_linear(12, 8, False, 90)
+BIASLESS_X, BIASLESS_GRAD = randn(91, 2, 3, 12), randn(92, 2, 3, 8)
+BIASLESS_EXPECTED = dense_linear_run(BIASLESS, BIASLESS_X, BIASLESS_GRAD)
+BAD_CALLS = [
+    "ColumnParallelLinear(8, 6)",
+    "ColumnParallelLinear.from_dense(nn.Linear(8, 6))",
+    "RowParallelLinear(6, 8)",
+    "RowParallelLinear.from_dense(nn.Linear(6, 8))",
+    "ParallelMLP(8, 6)",
+    "ParallelMLP.from_dense(nn.Linear(8, 6), nn.Linear(6, 8))",
+    "scatter_to_parallel_region(x of shape [2, 6])",
+]
+
+
+def _outcome(call) -> dict:
+    """What `call()` raised: NotImplementedError passes through (the stub), others are caught
+    (no collective is in flight while a layer is built)."""
+    try:
+        call()
+    except NotImplementedError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any type is reported back to the parent
+        return {"raised": type(exc).__name__, "message": str(exc)[:300]}
+    return {"raised": None, "message": ""}
+
+
+def _param(p: torch.Tensor | None) -> dict | None:
+    if p is None:
+        return None
+    return {"shape": list(p.shape), "dtype": str(p.dtype), "is_parameter":
+            isinstance(p, torch.nn.Parameter), "requires_grad": p.requires_grad,
+            "max_abs": float(p.detach().abs().max()) if p.numel() else 0.0}
+
+
+def rank_errors(ctx, biasless_state, biasless_x, biasless_grad) -> dict:
+    tp = ctx.impl_module("tensor_parallel", "layers")
+    r, p = ctx.rank, ctx.world_size
+
+    def linear(in_f, out_f):
+        return torch.nn.Linear(in_f, out_f, dtype=torch.float64)
+
+    bad_calls = {
+        BAD_CALLS[0]: lambda: tp.ColumnParallelLinear(8, BAD),
+        BAD_CALLS[1]: lambda: tp.ColumnParallelLinear.from_dense(linear(8, BAD)),
+        BAD_CALLS[2]: lambda: tp.RowParallelLinear(BAD, 8),
+        BAD_CALLS[3]: lambda: tp.RowParallelLinear.from_dense(linear(BAD, 8)),
+        BAD_CALLS[4]: lambda: tp.ParallelMLP(8, BAD),
+        BAD_CALLS[5]: lambda: tp.ParallelMLP.from_dense(linear(8, BAD), linear(BAD, 8)),
+        BAD_CALLS[6]: lambda: tp.scatter_to_parallel_region(torch.zeros(2, BAD)),
+    }
+
+    def constructors():
+        column, column_nb = tp.ColumnParallelLinear(8, 12), tp.ColumnParallelLinear(8, 12, False)
+        row, row_nb = tp.RowParallelLinear(12, 8), tp.RowParallelLinear(12, 8, bias=False)
+        mlp = tp.ParallelMLP(8, 16)
+        return {name: {"weight": _param(layer.weight), "bias": _param(layer.bias)}
+                for name, layer in (("ColumnParallelLinear(8, 12)", column),
+                                    ("ColumnParallelLinear(8, 12, bias=False)", column_nb),
+                                    ("RowParallelLinear(12, 8)", row),
+                                    ("RowParallelLinear(12, 8, bias=False)", row_nb),
+                                    ("ParallelMLP(8, 16).up", mlp.up),
+                                    ("ParallelMLP(8, 16).down", mlp.down))}
+
+    def biasless_row():
+        layer = tp.RowParallelLinear.from_dense(build_linear(biasless_state))
+        x = leaf(shard(biasless_x, r, p))
+        y = layer(x)
+        y.backward(biasless_grad)
+        return {"bias": layer.bias, "y": y.detach(), "x_grad": x.grad,
+                "weight_grad": param_grad(layer.weight)}
+
+    def bad_target():
+        logits = torch.zeros(3, 5, 2, dtype=torch.float64)
+        return _outcome(lambda: tp.vocab_parallel_cross_entropy(
+            logits, torch.zeros(3, dtype=torch.int64)))
+
+    parts = [("constructors", constructors), ("biasless row", biasless_row),
+             ("bad target", bad_target)]
+    parts += [(name, lambda c=call: _outcome(c)) for name, call in bad_calls.items()]
+    return run_parts(parts)
+
+
+@pytest.fixture(scope="module")
+def run(launch):
+    return launch(rank_errors, world_size=WORLD,
+                  args=(linear_state(BIASLESS), BIASLESS_X, BIASLESS_GRAD),
+                  timeout=TIMEOUT_S).values
+
+
+EXPECTED_SHAPES = {
+    "ColumnParallelLinear(8, 12)": ([3, 8], [3], 8),
+    "ColumnParallelLinear(8, 12, bias=False)": ([3, 8], None, 8),
+    "RowParallelLinear(12, 8)": ([8, 3], [8], 12),
+    "RowParallelLinear(12, 8, bias=False)": ([8, 3], None, 12),
+    "ParallelMLP(8, 16).up": ([4, 8], [4], 8),
+    "ParallelMLP(8, 16).down": ([8, 4], [8], 16),
+}
+
+
+@pytest.mark.points(2)
+def test_constructors_make_shards(run):
+    for r, value in enumerate(part(run, "constructors")):
+        for name, (weight_shape, bias_shape, fan_in) in EXPECTED_SHAPES.items():
+            what = f"{where(r, WORLD)} {name}"
+            for attr, shape in (("weight", weight_shape), ("bias", bias_shape)):
+                got = value[name][attr]
+                if shape is None:
+                    assert got is None, f"{what}.{attr}: expected None (bias=False), got {got}"
+                    continue
+                assert got is not None and got["shape"] == shape, (
+                    f"{what}.{attr}: shape {got and got['shape']}, expected {shape} on each of "
+                    f"{WORLD} ranks")
+                assert got["is_parameter"] and got["requires_grad"], (
+                    f"{what}.{attr} must be an nn.Parameter that requires grad")
+                assert got["dtype"] == "torch.float32", f"{what}.{attr}: dtype {got['dtype']}, " \
+                                                        f"expected torch.float32"
+                bound = 1 / math.sqrt(fan_in)
+                assert got["max_abs"] <= bound + 1e-6, (
+                    f"{what}.{attr}: |value| up to {got['max_abs']:.3g}; nn.Linear's init "
+                    f"draws from U(-1/sqrt(in_features), 1/sqrt(in_features)), bound {bound:.3g}")
+
+
+@pytest.mark.points(3)
+def test_non_divisible_sizes_raise_value_error(run):
+    for name in BAD_CALLS:
+        for r, outcome in enumerate(part(run, name)):
+            what = f"{where(r, WORLD)} {name}"
+            assert outcome["raised"] == "ValueError", (
+                f"{what} raised {outcome['raised'] or 'nothing'}; {BAD} is not divisible by "
+                f"the group size {WORLD}: raise ValueError naming both sizes")
+            message = outcome["message"]
+            named = all(re.search(rf"\b{n}\b", message) for n in (BAD, WORLD))
+            assert named, (f"{what}: the ValueError message should name the size ({BAD}) and "
+                           f"the group size ({WORLD}); got {message!r}")
+
+
+@pytest.mark.points(2)
+def test_row_layer_without_bias(run):
+    for r, value in enumerate(part(run, "biasless row")):
+        what = f"{where(r, WORLD)} RowParallelLinear.from_dense(nn.Linear(12, 8, bias=False))"
+        check(value["bias"], None, f"{what}.bias")
+        check(value["y"], BIASLESS_EXPECTED["y"], f"{what}: output")
+        check(value["x_grad"], shard(BIASLESS_EXPECTED["x_grad"], r, WORLD),
+              f"{what}: input gradient")
+        check(value["weight_grad"], shard(BIASLESS_EXPECTED["weight_grad"], r, WORLD, dim=1),
+              f"{what}: weight gradient")
+
+
+@pytest.mark.points(1)
+def test_cross_entropy_rejects_mismatched_target(run):
+    for r, outcome in enumerate(part(run, "bad target")):
+        assert outcome["raised"] == "ValueError", (
+            f"{where(r, WORLD)} vocab_parallel_cross_entropy(logits [3, 5, 2], target [3]) "
+            f"raised {outcome['raised'] or 'nothing'}; expected ValueError (target must be "
+            f"logits' shape without the last dim)")

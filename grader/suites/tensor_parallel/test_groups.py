@@ -1,0 +1,170 @@
+"""Two independent tensor-parallel groups of 2 inside 4 ranks: [0, 1] and [2, 3].
+
+Each group shards its own dense layers (different weights and inputs), so a layer that slices by
+the global rank, or communicates over the default group, gets the other group's numbers or the
+wrong slice. The MLP's all-reduces must stay inside the group (read from the harness log).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from grader.suites.tensor_parallel._common import (
+    ALL_REDUCE_OPS,
+    TIMEOUT_S,
+    build_linear,
+    check,
+    dense_cross_entropy,
+    dense_linear,
+    dense_linear_run,
+    dense_mlp_run,
+    describe,
+    leaf,
+    linear_state,
+    param_grad,
+    part,
+    randn,
+    run_parts,
+    shard,
+    windows,
+)
+
+WORLD, TP = 4, 2
+GROUPS = ([0, 1], [2, 3])
+HIDDEN, FFN, VOCAB = 8, 16, 12
+
+
+def _group_data(seed: int) -> dict:
+    column = dense_linear(HIDDEN, FFN, True, seed)
+    row = dense_linear(FFN, HIDDEN, True, seed + 1)
+    up, down = dense_linear(HIDDEN, FFN, True, seed + 2), dense_linear(FFN, HIDDEN, True, seed + 3)
+    x, x_wide = randn(seed + 4, 2, 3, HIDDEN), randn(seed + 5, 2, 3, FFN)
+    grad_narrow, grad_wide = randn(seed + 6, 2, 3, HIDDEN), randn(seed + 7, 2, 3, FFN)
+    logits = randn(seed + 8, 2, 3, VOCAB) * 4
+    target = _targets(seed)
+    weight = randn(seed + 9, 2, 3)
+    loss, logits_grad = dense_cross_entropy(logits, target, weight)
+    return {
+        "column": linear_state(column), "row": linear_state(row),
+        "up": linear_state(up), "down": linear_state(down),
+        "x": x, "x_wide": x_wide, "grad_narrow": grad_narrow, "grad_wide": grad_wide,
+        "logits": logits, "target": target, "weight": weight,
+        "expected": {
+            "column": dense_linear_run(column, x, grad_wide),
+            "row": dense_linear_run(row, x_wide, grad_narrow),
+            "mlp": dense_mlp_run(up, down, x, grad_narrow),
+            "ce": {"loss": loss, "grad": logits_grad},
+        },
+    }
+
+
+def _targets(seed: int) -> torch.Tensor:
+    """Six targets over both halves of the vocabulary, different per group."""
+    ids = [(seed + 5 * i) % VOCAB for i in range(6)]
+    return torch.tensor(ids, dtype=torch.int64).reshape(2, 3)
+
+
+DATA = [_group_data(70), _group_data(80)]
+
+
+def rank_groups(ctx, data) -> dict:
+    tp = ctx.impl_module("tensor_parallel", "layers")
+    groups = [ctx.new_group(ranks) for ranks in GROUPS]
+    group = groups[ctx.rank // TP]
+    r = ctx.rank % TP
+
+    def column():
+        layer = tp.ColumnParallelLinear.from_dense(build_linear(data["column"]), group=group)
+        x = leaf(data["x"])
+        y = layer(x)
+        y.backward(shard(data["grad_wide"], r, TP))
+        return {"y": y.detach(), "x_grad": x.grad, "weight_grad": param_grad(layer.weight)}
+
+    def row():
+        layer = tp.RowParallelLinear.from_dense(build_linear(data["row"]), group=group)
+        x = leaf(shard(data["x_wide"], r, TP))
+        y = layer(x)
+        y.backward(data["grad_narrow"])
+        return {"y": y.detach(), "x_grad": x.grad, "weight_grad": param_grad(layer.weight)}
+
+    def mlp():
+        layer = tp.ParallelMLP.from_dense(build_linear(data["up"]), build_linear(data["down"]),
+                                          group=group)
+        x = leaf(data["x"])
+        ctx.mark("mlp forward")
+        y = layer(x)
+        ctx.mark("mlp backward")
+        y.backward(data["grad_narrow"])
+        ctx.mark("mlp end")
+        return {"y": y.detach(), "x_grad": x.grad}
+
+    def cross_entropy():
+        logits = leaf(shard(data["logits"], r, TP))
+        loss = tp.vocab_parallel_cross_entropy(logits, data["target"], group=group)
+        (loss * data["weight"]).sum().backward()
+        return {"loss": loss.detach(), "grad": logits.grad}
+
+    return run_parts([("column", column), ("row", row), ("mlp", mlp),
+                      ("cross_entropy", cross_entropy)])
+
+
+@pytest.fixture(scope="module")
+def run(launch):
+    return launch(rank_groups, world_size=WORLD, rank_args=[(DATA[g // TP],) for g in range(WORLD)],
+                  timeout=TIMEOUT_S)
+
+
+def _where(rank: int) -> str:
+    return f"[rank {rank} of 4, position {rank % TP} in group {GROUPS[rank // TP]}]"
+
+
+def _each(run, name):
+    for rank, value in enumerate(part(run.values, name)):
+        yield rank, rank % TP, value, DATA[rank // TP]
+
+
+@pytest.mark.points(3)
+def test_layers_in_two_groups(run):
+    hint = "slice by dist.get_rank(group) and communicate over `group`, not the default group"
+    for rank, r, value, data in _each(run, "column"):
+        expected = data["expected"]["column"]
+        check(value["y"], shard(expected["y"], r, TP), f"{_where(rank)} column-parallel output",
+              hint=hint)
+        check(value["x_grad"], expected["x_grad"], f"{_where(rank)} column-parallel input "
+              f"gradient", hint=hint)
+        check(value["weight_grad"], shard(expected["weight_grad"], r, TP, dim=0),
+              f"{_where(rank)} column-parallel weight gradient", hint=hint)
+    for rank, r, value, data in _each(run, "row"):
+        expected = data["expected"]["row"]
+        check(value["y"], expected["y"], f"{_where(rank)} row-parallel output", hint=hint)
+        check(value["x_grad"], shard(expected["x_grad"], r, TP),
+              f"{_where(rank)} row-parallel input gradient", hint=hint)
+        check(value["weight_grad"], shard(expected["weight_grad"], r, TP, dim=1),
+              f"{_where(rank)} row-parallel weight gradient", hint=hint)
+
+
+@pytest.mark.points(3)
+def test_mlp_in_two_groups(run):
+    for rank, _, value, data in _each(run, "mlp"):
+        expected = data["expected"]["mlp"]
+        check(value["y"], expected["y"], f"{_where(rank)} ParallelMLP output")
+        check(value["x_grad"], expected["x_grad"], f"{_where(rank)} ParallelMLP input gradient")
+        win = windows(run.comm[rank])
+        for phase in ("forward", "backward"):
+            comm = [rec for rec in win[f"mlp {phase}"] if rec.op != "mark"]
+            group = tuple(GROUPS[rank // TP])
+            ok = len(comm) == 1 and comm[0].op in ALL_REDUCE_OPS and comm[0].group_ranks == group
+            assert ok, (
+                f"{_where(rank)} ParallelMLP {phase} made {describe(comm)} over groups "
+                f"{[rec.group_ranks for rec in comm]}; expected one all_reduce over {group}")
+
+
+@pytest.mark.points(2)
+def test_cross_entropy_in_two_groups(run):
+    for rank, r, value, data in _each(run, "cross_entropy"):
+        expected = data["expected"]["ce"]
+        check(value["loss"], expected["loss"], f"{_where(rank)} vocab_parallel_cross_entropy",
+              hint="the vocab start of a shard is dist.get_rank(group) * V/p")
+        check(value["grad"], shard(expected["grad"], r, TP),
+              f"{_where(rank)} gradient of the logits shard")
