@@ -104,7 +104,9 @@ def test_ring_all_reduce_sum(launch, world_size):
     for rank, got in enumerate(result.values):
         what = f"[rank {rank} of {world_size}] ring_all_reduce(op='sum')"
         assert got["returned_input"], f"{what} must return the tensor it was given"
-        assert_close(got["tensor"], expected, what=what, hint="is the input reduced in place?")
+        assert_close(got["tensor"], expected, what=what,
+                     hint="check the chunk indices, N-1 steps per phase, and that the result "
+                          "is written into `tensor` itself")
 
 
 @pytest.mark.points(3)

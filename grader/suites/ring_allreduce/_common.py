@@ -18,7 +18,7 @@ import torch
 
 from grader.compare import assert_close
 from grader.suites.ring_allreduce._ranks import GAP_FILL
-from harness import P2P_APIS, CommRecord, Forbid
+from harness import P2P_APIS, CommRecord, Forbid, NotImplementedInRank, RankTimeout
 
 TIMEOUT_S = 60.0
 HANG_TIMEOUT_S = 20.0  # for tests that exist to catch deadlocks: a hang costs only this long
@@ -272,23 +272,50 @@ def blocking_deadlock(calls: dict[int, list[tuple[str, int | None]]]) -> str | N
 
 # ---- shared launches ------------------------------------------------------------------------
 
+# Launch failures whose raw first line does not say what to fix: (text in the error, the fix).
+FAILURE_HINTS = (
+    ("Pair is not connected", "a rank sent to or received from itself: take positions from "
+                              "dist.get_rank(group) and map them to global ranks with "
+                              "dist.get_process_group_ranks(group)"),
+    ("did not finish within", "a deadlock? blocking sends must be ordered (README §3), and "
+                              "every rank must make the same sequence of calls"),
+)
+
+
+def explained(exc: AssertionError) -> AssertionError:
+    """`exc`, or an AssertionError whose first line leads with the likely fix."""
+    if isinstance(exc, NotImplementedInRank):
+        return exc  # the stub: keep it recognisable as "not implemented"
+    text = str(exc)
+    for pattern, hint in FAILURE_HINTS:
+        if pattern in text:
+            first, _, rest = text.partition("\n")
+            return AssertionError(f"{hint} ({first})\n{rest}".rstrip())
+    return exc
+
 class LaunchCache:
     """One launch per key within a test module; later tests reuse its result or its error.
 
     Tests that judge different aspects of one expensive launch share it this way, and a launch
     that failed (the stub, a crash, a hang) fails each of them with the same reason at once.
+    Once a launch has timed out, later launches of the same cache get `HANG_TIMEOUT_S` at most:
+    a deadlock is rarely limited to one world size, and each one would cost the full timeout.
     """
 
     def __init__(self, launch: Any) -> None:
         self._launch = launch
         self._outcomes: dict[Any, Any] = {}
+        self._seen_timeout = False
 
     def get(self, key: Any, fn: Any, world_size: int, **kwargs: Any) -> Any:
         if key not in self._outcomes:
+            if self._seen_timeout:
+                kwargs["timeout"] = min(kwargs.get("timeout", TIMEOUT_S), HANG_TIMEOUT_S)
             try:
                 self._outcomes[key] = self._launch(fn, world_size, **kwargs)
             except AssertionError as exc:  # every LaunchError is one
-                self._outcomes[key] = exc
+                self._seen_timeout |= isinstance(exc, RankTimeout)
+                self._outcomes[key] = explained(exc)
         outcome = self._outcomes[key]
         if isinstance(outcome, AssertionError):
             raise outcome

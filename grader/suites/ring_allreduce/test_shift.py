@@ -15,7 +15,6 @@ from grader.compare import assert_close
 from grader.suites.ring_allreduce._common import (
     HANG_TIMEOUT_S,
     SHIFT_ONLY,
-    TIMEOUT_S,
     Case,
     LaunchCache,
     blocking_deadlock,
@@ -59,7 +58,7 @@ def shifts(launch):
         group_list = [g for g in groups if g]
         result = cache.get(key, run_cases, world_size, args=(group_list,),
                            rank_args=rank_args(cases, world_size), forbid=SHIFT_ONLY,
-                           timeout=TIMEOUT_S)
+                           timeout=HANG_TIMEOUT_S)
         return cases, result
 
     return run
