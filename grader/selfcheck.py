@@ -166,7 +166,11 @@ def selfcheck(
         verdicts[a.id]["signatures"].seconds = time.perf_counter() - start
         verdicts[a.id]["signatures"].ran = True
         paths = suite_paths(a.id, root, suites)
-        if a.public_points and not any(p.name == "test_public.py" for p in paths):
+        if not paths:
+            verdicts[a.id]["points"].breaches.append(
+                f"no tests: neither assignments/{a.id}/test_public.py nor a hidden suite exists"
+            )
+        elif a.public_points and not any(p.name == "test_public.py" for p in paths):
             verdicts[a.id]["points"].breaches.append(
                 f"assignments/{a.id}/test_public.py is missing"
             )

@@ -160,6 +160,16 @@ def test_selfcheck_needs_mutants_and_a_stub_module(tmp_path, monkeypatch):
     assert "mutants/ has no mutant" in output
 
 
+def test_an_assignment_without_any_tests_is_a_breach(tmp_path, monkeypatch):
+    root = make_course(tmp_path, mutants={"m": ""})
+    for path in (root / "suites" / "toy").glob("test_*.py"):
+        path.unlink()
+    calls = fake_sessions(monkeypatch, {})
+    code, output = run_selfcheck(root)
+    assert code == 1 and calls == []
+    assert "toy points: no tests: neither assignments/toy/test_public.py nor" in output
+
+
 def test_selfcheck_end_to_end_on_a_toy_course(tmp_path):
     """Real pytest sessions (solution and stub) through the plugin; no mutants to run here."""
     root = make_course(tmp_path)
