@@ -158,11 +158,12 @@ def _selfcheck(args: argparse.Namespace, course: Course) -> int:
 
 def _list(args: argparse.Namespace, course: Course) -> int:
     rows = [
-        [i, a.id, a.part, a.points, a.public_points, ", ".join(a.prerequisites) or "-"]
+        [i, a.id, a.points, a.public_points, ", ".join(a.prerequisites) or "-", a.part, a.title]
         for i, a in enumerate(course.assignments, start=1)
     ]
     print(f"{course.name} {course.version}")
-    print(format_table(["#", "id", "part", "points", "public", "prerequisites"], rows))
+    headers = ["#", "id", "points", "public", "prerequisites", "part", "title"]
+    print(format_table(headers, rows))
     return 0
 
 
