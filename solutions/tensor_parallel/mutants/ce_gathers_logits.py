@@ -1,0 +1,12 @@
+"""Right values for the wrong reason: the cross-entropy all-gathers the full logits and calls
+F.cross_entropy, moving V/p values per token per rank instead of three."""
+from harness.mutation import mutate
+
+MUTATES = "layers"
+mutate(globals(), "tensor_parallel", "layers")
+
+
+def vocab_parallel_cross_entropy(logits_shard, target, group=None):  # noqa: D103
+    full = gather_from_parallel_region(logits_shard, group)  # noqa: F821 - from the solution
+    loss = F.cross_entropy(full.flatten(0, -2), target.flatten(), reduction="none")  # noqa: F821
+    return loss.reshape(target.shape)

@@ -1,0 +1,8 @@
+"""Slices by the global rank instead of the rank inside the tensor-parallel group."""
+from harness.mutation import mutate
+
+MUTATES = "layers"
+mutate(globals(), "tensor_parallel", "layers", replace=[
+    ("    return dist.get_rank(group), dist.get_world_size(group)",
+     "    return dist.get_rank(), dist.get_world_size(group)"),
+])

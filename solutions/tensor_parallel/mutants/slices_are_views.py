@@ -1,0 +1,11 @@
+"""from_dense keeps views of the dense weights instead of copies: each rank holds the whole
+dense storage alive."""
+from harness.mutation import mutate
+
+MUTATES = "layers"
+mutate(globals(), "tensor_parallel", "layers", replace=[
+    ("        layer.weight = nn.Parameter(linear.weight.detach()[rows].clone())",
+     "        layer.weight = nn.Parameter(linear.weight.detach()[rows])"),
+    ("        layer.weight = nn.Parameter(linear.weight.detach()[:, cols].clone())",
+     "        layer.weight = nn.Parameter(linear.weight.detach()[:, cols])"),
+])
