@@ -39,23 +39,23 @@ def rank_chunk_bounds(ctx, pairs):
 
 def rank_shift(ctx, numel):
     ring = ctx.impl_module("ring_allreduce", "ring")
-    return ring.ring_shift(torch.full((numel,), float(ctx.rank)))
+    return ring.ring_shift(torch.full((numel,), float(ctx.rank), device=ctx.device))
 
 
 def rank_all_reduce(ctx, numel, op):
     ring = ctx.impl_module("ring_allreduce", "ring")
-    tensor = rank_input(ctx.rank, numel)
+    tensor = rank_input(ctx.rank, numel).to(ctx.device)
     returned = ring.ring_all_reduce(tensor, op=op)
     return {"tensor": tensor, "returned_input": returned is tensor}
 
 
 def rank_reduce_scatter_all_gather(ctx, numel):
     ring = ctx.impl_module("ring_allreduce", "ring")
-    tensor = rank_input(ctx.rank, numel)
+    tensor = rank_input(ctx.rank, numel).to(ctx.device)
     chunk = ring.ring_reduce_scatter(tensor, op="sum")
-    unchanged = torch.equal(tensor, rank_input(ctx.rank, numel))
+    unchanged = torch.equal(tensor.cpu(), rank_input(ctx.rank, numel))
     start, end = ring.chunk_bounds(numel, ctx.world_size)[ctx.rank]
-    full = torch.full((numel,), -1.0)  # only this rank's chunk is valid on entry
+    full = torch.full((numel,), -1.0, device=ctx.device)  # only this rank's chunk is valid
     full[start:end] = chunk
     gathered = ring.ring_all_gather(full)
     return {"chunk": chunk, "input_unchanged": unchanged, "gathered": gathered,

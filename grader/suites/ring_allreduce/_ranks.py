@@ -6,8 +6,9 @@ test is preceded by `ctx.mark(label)` so the parent can cut the communication lo
 
 A case is a dict: `call` ("all_reduce", "reduce_scatter", "all_gather", "shift"), `op`,
 `group` (tuple of global ranks, or None for the default group), `layout` and `x` (this rank's
-input, contiguous, in the case's logical shape). Layouts make the input non-contiguous inside
-the rank: "transposed" is a `.t()` view and "strided" every other column of a wider buffer.
+input, contiguous, in the case's logical shape; moved to `ctx.device`, so NCCL works too).
+Layouts make the input non-contiguous inside the rank: "transposed" is a `.t()` view and
+"strided" every other column of a wider buffer.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def _with_layout(x: torch.Tensor, layout: str) -> tuple[torch.Tensor, torch.Tens
         return x.t().contiguous().t(), None
     if layout == "strided":
         rows, cols = x.shape
-        buffer = torch.full((rows, 2 * cols), GAP_FILL, dtype=x.dtype)
+        buffer = torch.full((rows, 2 * cols), GAP_FILL, dtype=x.dtype, device=x.device)
         buffer[:, ::2] = x
         return buffer[:, ::2], buffer[:, 1::2]
     raise ValueError(f"unknown layout {layout!r}")
@@ -62,7 +63,7 @@ def run_cases(ctx, group_list: list[tuple[int, ...]], cases: list[dict[str, Any]
         if members is not None and ctx.rank not in members:
             results.append(None)
             continue
-        tensor, gaps = _with_layout(case["x"], case["layout"])
+        tensor, gaps = _with_layout(case["x"].to(ctx.device), case["layout"])
         ctx.mark(f"case {index}")
         out = _call(ring, case, tensor, groups[tuple(members)] if members else None)
         ctx.mark("done")
@@ -105,7 +106,7 @@ def op_errors(ctx, calls: list[tuple[str, str, str]]) -> list[str]:
     ring = ctx.impl_module("ring_allreduce", "ring")
     names = []
     for index, (function, op, dtype) in enumerate(calls):
-        tensor = torch.arange(6).to(getattr(torch, dtype))
+        tensor = torch.arange(6, device=ctx.device).to(getattr(torch, dtype))
         ctx.mark(f"call {index}")
         try:
             getattr(ring, function)(tensor, op=op)
@@ -122,7 +123,7 @@ def repeated_all_reduce(ctx, ops: list[str], inputs: torch.Tensor) -> torch.Tens
     ring = ctx.impl_module("ring_allreduce", "ring")
     outputs = []
     for op, row in zip(ops, inputs):
-        tensor = row.clone()
+        tensor = row.to(ctx.device, copy=True)
         ring.ring_all_reduce(tensor, op=op)
         outputs.append(tensor)
     return torch.stack(outputs)
@@ -132,4 +133,5 @@ def shift_large(ctx, numel: int) -> torch.Tensor:
     """ring_shift of `numel` float32 values numbered from rank * numel; what arrived."""
     ring = ctx.impl_module("ring_allreduce", "ring")
     start = ctx.rank * numel
-    return ring.ring_shift(torch.arange(start, start + numel, dtype=torch.float32))
+    return ring.ring_shift(torch.arange(start, start + numel, dtype=torch.float32,
+                                        device=ctx.device))
