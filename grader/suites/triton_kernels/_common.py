@@ -1,0 +1,155 @@
+"""Parent side of the triton_kernels hidden suite: cases, float64 references, checks.
+
+A `Case` is one call of a kernel wrapper: its inputs (built here from a fixed seed), a layout
+the rank applies before the call (to make inputs non-contiguous), and the expected output(s),
+computed here in float64 with plain torch and cast to the output dtype. `run(launch, fn, cases)`
+sends every case of a module to one rank in one launch (see `_ranks.run_cases`); `check(case,
+result)` judges one case and raises AssertionError with a message whose first line says which
+call, how far off, and the likely fix, without the hidden inputs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from grader.compare import assert_close
+from grader.suites.triton_kernels._ranks import run_cases
+
+# Value tests run the kernels in Triton's interpreter on CPU tensors, on every machine, so a
+# grade never depends on the grading hardware; compiled runs are in test_gpu.py.
+INTERPRET_ENV = {"TRITON_INTERPRET": "1"}
+LAUNCH_TIMEOUT_S = 300.0  # the interpreter is slow, and graders share loaded machines
+
+
+@dataclass
+class Case:
+    """One wrapper call: `function(*args, **kwargs)` with `expected` output(s)."""
+
+    name: str  # what students see, e.g. "softmax on [5, 781] float32"
+    function: str
+    args: tuple[Any, ...]
+    expected: Any  # a tensor, or a tuple of tensors for flash_attention
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    layout: str = "contiguous"  # "contiguous" | "transposed" (2-D) | "bshd" (attention)
+    hint: str = ""
+
+    def payload(self) -> dict[str, Any]:
+        """What the rank needs: no expected values travel to the code under test."""
+        return {"function": self.function, "args": self.args, "kwargs": self.kwargs,
+                "layout": self.layout}
+
+
+def run(launch: Any, cases: list[Case]) -> dict[str, dict[str, Any]]:
+    """Run every case in one launch; returns case name -> the rank's result dict."""
+    result = launch(run_cases, 1, args=([c.payload() for c in cases],), backend="gloo",
+                    env=INTERPRET_ENV, timeout=LAUNCH_TIMEOUT_S)
+    return {case.name: value for case, value in zip(cases, result.values[0])}
+
+
+def check_call(case: Case, result: dict[str, Any]) -> Any:
+    """The call's output, after the checks every case shares: it ran, and used no torch."""
+    if result["not_implemented"]:
+        raise NotImplementedError(result["error"])
+    if result["error"]:
+        raise AssertionError(f"{case.name}: raised {result['error']}")
+    if result["violations"]:
+        raise AssertionError(f"{case.name}: {result['guard_message']}")
+    return result["out"]
+
+
+def check(case: Case, result: dict[str, Any], *, check_lse: bool = True,
+          check_out: bool = True) -> None:
+    """Judge one case: ran, no torch compute, value(s) within the float32 tolerance."""
+    out = check_call(case, result)
+    if case.function == "flash_attention":
+        if not isinstance(out, (tuple, list)) or len(out) != 2:
+            raise AssertionError(f"{case.name}: returned {type(out).__name__}, expected the "
+                                 f"tuple (out, lse)")
+        if check_out:
+            assert_close(out[0], case.expected[0], what=f"{case.name}: out", hint=case.hint)
+        if check_lse:
+            assert_close(out[1], case.expected[1], what=f"{case.name}: lse",
+                         hint="lse is log(sum_j exp(scaled score)) in natural-log units, "
+                              "float32, [batch, heads, seq_q]")
+        return
+    assert_close(out, case.expected, what=case.name, hint=case.hint)
+
+
+def shape_text(*tensors: torch.Tensor) -> str:
+    return " x ".join(str(list(t.shape)) for t in tensors)
+
+
+# -- references (float64, in the parent) -------------------------------------------------------
+def softmax_ref(x: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(x.double(), dim=-1).to(x.dtype)
+
+
+def rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    xd = x.double()
+    y = xd * torch.rsqrt(xd.pow(2).mean(dim=-1, keepdim=True) + eps) * weight.double()
+    return y.to(x.dtype)
+
+
+def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                  scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out in q's dtype, lse float32) from the explicit score matrix."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = q.double() @ k.double().transpose(-1, -2) * scale
+    if causal:
+        seq_q, seq_k = scores.shape[-2:]
+        future = torch.ones(seq_q, seq_k, dtype=torch.bool).triu(1)
+        scores = scores.masked_fill(future, -math.inf)
+    out = torch.softmax(scores, dim=-1) @ v.double()
+    return out.to(q.dtype), torch.logsumexp(scores, dim=-1).float()
+
+
+def paged_ref(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+              block_tables: torch.Tensor, context_lens: torch.Tensor,
+              scale: float | None = None) -> torch.Tensor:
+    """Gather each sequence's tokens through its block table, then attend (float64)."""
+    batch, heads, dim = q.shape
+    block_size = k_cache.shape[1]
+    scale = 1.0 / math.sqrt(dim) if scale is None else scale
+    out = torch.empty(batch, heads, dim, dtype=torch.float64)
+    for b in range(batch):
+        length = int(context_lens[b])
+        blocks = block_tables[b, :math.ceil(length / block_size)].long()
+        k = k_cache[blocks].reshape(-1, heads, dim)[:length].double()
+        v = v_cache[blocks].reshape(-1, heads, dim)[:length].double()
+        scores = torch.einsum("hd,thd->ht", q[b].double(), k) * scale
+        out[b] = torch.einsum("ht,thd->hd", torch.softmax(scores, dim=-1), v)
+    return out.to(q.dtype)
+
+
+def paged_inputs(gen: torch.Generator, lengths: list[int], *, block_size: int, heads: int = 2,
+                 dim: int = 16, spare_blocks: int = 3, table_dtype: torch.dtype = torch.int32
+                 ) -> tuple[torch.Tensor, ...]:
+    """(q, k_cache, v_cache, block_tables, context_lens) for sequences of `lengths`.
+
+    Physical blocks are a random permutation (so logical order never equals physical order),
+    a few blocks belong to nobody, unused cache slots hold large values that would spoil any
+    result that reads them, and tables are padded with -1 to the longest sequence (+1 column).
+    """
+    needed = [math.ceil(n / block_size) for n in lengths]
+    num_blocks = sum(needed) + spare_blocks
+    max_blocks = max(needed) + 1
+    k_cache = torch.randn(num_blocks, block_size, heads, dim, generator=gen)
+    v_cache = torch.randn(num_blocks, block_size, heads, dim, generator=gen)
+    physical = torch.randperm(num_blocks, generator=gen)
+    tables = torch.full((len(lengths), max_blocks), -1, dtype=table_dtype)
+    used = 0
+    for b, (length, count) in enumerate(zip(lengths, needed)):
+        tables[b, :count] = physical[used:used + count].to(table_dtype)
+        used += count
+        last, filled = int(physical[used - 1]), length - (count - 1) * block_size
+        k_cache[last, filled:] = 30.0  # slots past the context: must be masked out
+        v_cache[last, filled:] = 1e3
+    for spare in physical[used:].tolist():
+        k_cache[spare], v_cache[spare] = 30.0, 1e3
+    q = torch.randn(len(lengths), heads, dim, generator=gen)
+    lens = torch.tensor(lengths, dtype=table_dtype)
+    return q, k_cache, v_cache, tables, lens

@@ -1,0 +1,68 @@
+"""Rank side of the triton_kernels hidden suite (these functions run inside rank processes).
+
+`run_cases` imports the code under test with `ctx.impl_module`, applies each case's layout,
+calls the wrapper under `ComputeGuard` (recording, not raising, so the parent can report the
+first forbidden operator even if the wrapper swallows exceptions) and returns plain data per
+case. A wrapper that raises NotImplementedError is reported as such; any other exception is
+reported per case, so one broken configuration does not hide the results of the others.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from harness.compute_guard import ComputeGuard
+
+
+def relayout(tensor: Any, layout: str) -> Any:
+    """The same values with another memory layout (non-tensors pass through)."""
+    if not isinstance(tensor, torch.Tensor) or layout == "contiguous":
+        return tensor
+    if layout == "transposed" and tensor.dim() == 2:  # column-major: strides (1, rows)
+        return tensor.t().contiguous().t()
+    if layout == "bshd" and tensor.dim() == 4:  # [batch, seq, heads, dim] storage
+        return tensor.transpose(1, 2).contiguous().transpose(1, 2)
+    return tensor
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"[:300]
+
+
+def call_case(kernels: Any, case: dict[str, Any]) -> dict[str, Any]:
+    """Run one case; see the module docstring for what comes back."""
+    args = tuple(relayout(a, case["layout"]) for a in case["args"])
+    before = [a.clone() for a in args if isinstance(a, torch.Tensor)]
+    guard = ComputeGuard(case["function"], strict=False)
+    result: dict[str, Any] = {"out": None, "error": "", "not_implemented": False}
+    try:
+        with guard:
+            result["out"] = getattr(kernels, case["function"])(*args, **case["kwargs"])
+    except NotImplementedError as exc:
+        result.update(error=str(exc).strip()[:300] or "NotImplementedError",
+                      not_implemented=True)
+    except Exception as exc:  # noqa: BLE001 - reported per case to the parent
+        result["error"] = _first_line(exc)
+    after = [a for a in args if isinstance(a, torch.Tensor)]
+    result["inputs_changed"] = not all(torch.equal(x, y) for x, y in zip(before, after))
+    result["violations"] = [v.describe() for v in guard.violations]
+    result["guard_message"] = guard.message()
+    return result
+
+
+def run_cases(ctx, cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rank function: every case in order, on CPU tensors (TRITON_INTERPRET=1 via launch)."""
+    kernels = ctx.impl_module("triton_kernels", "kernels")
+    return [call_case(kernels, case) for case in cases]
+
+
+def run_cases_on_gpu(ctx, cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rank function: the same cases compiled, with every tensor moved to the GPU first."""
+    kernels = ctx.impl_module("triton_kernels", "kernels")
+    device = torch.device("cuda", torch.cuda.current_device())
+    moved = [{**case, "args": tuple(a.to(device) if isinstance(a, torch.Tensor) else a
+                                    for a in case["args"])} for case in cases]
+    return [call_case(kernels, case) for case in moved]

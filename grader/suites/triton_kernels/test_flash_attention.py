@@ -1,0 +1,128 @@
+"""flash_attention (hidden, 24 points): out and lse, causal or not, ragged sequence lengths.
+
+Sequence lengths (1, 9, 20, 37, 50, 70, 100) are not multiples of any block size a kernel is
+likely to pick, so the last key and query blocks are partial. Every case runs in one launch
+(Triton's interpreter, CPU, float32) against a float64 reference built from the explicit score
+matrix.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from grader.suites.triton_kernels._common import Case, attention_ref, check, run
+
+ONLINE_HINT = ("when the running max grows, rescale both the running sum and the accumulator "
+               "by exp(old max - new max)")
+CAUSAL_HINT = "query i sees keys j <= i (j == i included), and padded keys never"
+
+
+def build_cases() -> dict[str, Case]:
+    gen = torch.Generator().manual_seed(40)
+
+    def case(key: str, shape: tuple[int, ...], what: str = "", causal: bool = False,
+             k_seq: int | None = None, scale: float | None = None, magnitude: float = 1.0,
+             layout: str = "contiguous", hint: str = ONLINE_HINT) -> tuple[str, Case]:
+        q = torch.randn(*shape, generator=gen) * magnitude
+        kv_shape = shape[:2] + (k_seq or shape[2], shape[3])
+        k = torch.randn(*kv_shape, generator=gen) * magnitude
+        v = torch.randn(*kv_shape, generator=gen)
+        kwargs = {"causal": causal} if causal else {}
+        if scale is not None:
+            kwargs["scale"] = scale
+        shapes = f"q {list(shape)}" + (f", k/v seq {k_seq}" if k_seq else "")
+        name = f"flash_attention({'causal, ' if causal else ''}{shapes}){what}"
+        return key, Case(name, "flash_attention", (q, k, v), attention_ref(q, k, v, causal, scale),
+                         kwargs=kwargs, layout=layout, hint=CAUSAL_HINT if causal else hint)
+
+    return dict([
+        case("seq1", (1, 2, 1, 16)),
+        case("seq1_causal", (1, 2, 1, 16), causal=True),
+        case("dense", (1, 2, 100, 32)),
+        case("causal", (1, 2, 100, 32), causal=True),
+        case("causal37", (1, 1, 37, 16), causal=True),
+        case("dim24", (1, 1, 50, 24), " (dim 24)",
+             hint="mask the head dim too when it is not a power of two"),
+        case("cross", (1, 2, 20, 16), k_seq=70),
+        case("large", (1, 1, 70, 16), " with scores of magnitude ~100", magnitude=4.0),
+        case("scale", (1, 1, 20, 16), " with scale=0.3", scale=0.3,
+             hint="use the given scale; 1/sqrt(dim) only when scale is None"),
+        case("bshd", (1, 3, 37, 16), " on [batch, seq, heads, dim] storage", layout="bshd",
+             hint="address q, k, v with their strides, not a contiguous layout"),
+        case("batched", (2, 3, 9, 16), " (batch and heads)",
+             hint="each (batch, head) pair needs its own offsets into q, k, v, out and lse"),
+    ])
+
+
+CASES = build_cases()
+
+
+@pytest.fixture(scope="module")
+def results(launch):
+    return run(launch, list(CASES.values()))
+
+
+def _check(results, key: str, **kw) -> None:
+    check(CASES[key], results[CASES[key].name], **kw)
+
+
+@pytest.mark.points(1)
+def test_single_query(results):
+    _check(results, "seq1")
+    _check(results, "seq1_causal")
+
+
+@pytest.mark.points(3)
+def test_non_causal_out(results):
+    _check(results, "dense", check_lse=False)
+
+
+@pytest.mark.points(3)
+def test_non_causal_lse(results):
+    _check(results, "dense", check_out=False)
+
+
+@pytest.mark.points(3)
+def test_causal_out(results):
+    _check(results, "causal", check_lse=False)
+
+
+@pytest.mark.points(2)
+def test_causal_lse(results):
+    _check(results, "causal", check_out=False)
+
+
+@pytest.mark.points(2)
+def test_causal_seq_37(results):
+    _check(results, "causal37")
+
+
+@pytest.mark.points(2)
+def test_head_dim_not_power_of_two(results):
+    _check(results, "dim24")
+
+
+@pytest.mark.points(2)
+def test_seq_q_differs_from_seq_k(results):
+    _check(results, "cross")
+
+
+@pytest.mark.points(2)
+def test_large_scores_stable(results):
+    _check(results, "large")
+
+
+@pytest.mark.points(1)
+def test_explicit_scale(results):
+    _check(results, "scale")
+
+
+@pytest.mark.points(2)
+def test_non_contiguous_layout(results):
+    _check(results, "bshd")
+
+
+@pytest.mark.points(1)
+def test_batch_and_heads(results):
+    _check(results, "batched")

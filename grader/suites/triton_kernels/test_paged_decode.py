@@ -1,0 +1,87 @@
+"""paged_attention_decode (hidden, 14 points): lengths 1 and at block boundaries, shuffled blocks.
+
+Physical blocks are shuffled and the slots a sequence does not own hold large values, so
+reading past a context length, through the wrong table row, or through the -1 padding changes
+the result. Every case runs in one launch (Triton's interpreter, CPU, float32) against a float64
+reference that gathers each sequence's tokens.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from grader.suites.triton_kernels._common import Case, check, paged_inputs, paged_ref, run
+
+LENGTH_HINT = "mask the tokens of the last block past context_lens[b]"
+TABLE_HINT = "token t of sequence b lives in block block_tables[b, t // block_size]"
+
+
+def build_cases() -> dict[str, Case]:
+    gen = torch.Generator().manual_seed(50)
+
+    def case(key: str, lengths: list[int], block_size: int, what: str = "",
+             hint: str = LENGTH_HINT, scale: float | None = None,
+             table_dtype: torch.dtype = torch.int32, heads: int = 2,
+             dim: int = 16) -> tuple[str, Case]:
+        inputs = paged_inputs(gen, lengths, block_size=block_size, heads=heads, dim=dim,
+                              table_dtype=table_dtype)
+        kwargs = {} if scale is None else {"scale": scale}
+        name = f"paged_attention_decode(lengths {lengths}, block_size {block_size}){what}"
+        return key, Case(name, "paged_attention_decode", inputs,
+                         paged_ref(*inputs, scale=scale), kwargs=kwargs, hint=hint)
+
+    return dict([
+        case("len1", [1, 1, 1], 8, " (one token each)"),
+        case("boundary", [16, 32], 16, " (lengths at block boundaries)",
+             hint="a length that fills its last block exactly needs no extra block"),
+        case("past_boundary", [17, 33, 15], 16, " (one past / short of a boundary)"),
+        case("mixed", [3, 40, 16, 25], 8, " (several sequences)", hint=TABLE_HINT),
+        case("odd_block", [7, 11, 5], 5, " (block size 5)",
+             hint="block_size need not be a power of two: mask the padded slots of a block"),
+        case("scale_int64", [12, 21], 4, " with scale=0.5 and int64 tables", scale=0.5,
+             table_dtype=torch.int64, dim=24,
+             hint="use the given scale; accept int64 block tables and context lengths"),
+    ])
+
+
+CASES = build_cases()
+
+
+@pytest.fixture(scope="module")
+def results(launch):
+    return run(launch, list(CASES.values()))
+
+
+def _check(results, key: str) -> None:
+    check(CASES[key], results[CASES[key].name])
+
+
+@pytest.mark.points(2)
+def test_length_one(results):
+    _check(results, "len1")
+
+
+@pytest.mark.points(3)
+def test_lengths_at_block_boundaries(results):
+    _check(results, "boundary")
+
+
+@pytest.mark.points(2)
+def test_lengths_next_to_boundaries(results):
+    _check(results, "past_boundary")
+
+
+@pytest.mark.points(3)
+def test_several_sequences_shuffled_blocks(results):
+    _check(results, "mixed")
+
+
+@pytest.mark.points(2)
+def test_block_size_not_power_of_two(results):
+    _check(results, "odd_block")
+
+
+@pytest.mark.points(2)
+def test_scale_and_int64_tables(results):
+    _check(results, "scale_int64")

@@ -1,0 +1,13 @@
+"""RMSNorm computed with torch in the wrapper: right values, but no kernel does the work."""
+import torch
+
+from harness.mutation import mutate
+
+MUTATES = "kernels"
+mutate(globals(), "triton_kernels", "kernels")
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    _check_rows(x, "rms_norm")
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight).to(x.dtype)
