@@ -1,0 +1,225 @@
+"""The adversarial corpus: submissions that attack the grader, each with the score it must get.
+
+`grader/tests/adversarial/cases/<NN_name>/` holds `case.toml` and `submission/` (laid out like
+assignments/). Each case is graded exactly as a pull request would be — `python -m grader grade
+ring_allreduce --impl <submission> --sandbox on` in a fresh process — with canary tokens in the
+grader's environment. A case passes when the score is the one it deserves, the reason shown is
+the expected one, no canary or injected markup reaches the reports, no marker file appeared (code
+that must never run did not), and no process outlived the grading.
+
+    python -m grader adversarial [NAME ...]      # table: case, score, reason, time, survivors
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness import proctree
+from harness.impl import REPO_ROOT
+
+CORPUS = REPO_ROOT / "grader" / "tests" / "adversarial"
+ASSIGNMENT = "ring_allreduce"
+CANARY = "ghp_adversarialCanary0123456789"
+CANARY_ENV = ("GITHUB_TOKEN", "ACTIONS_RUNTIME_TOKEN", "ACTIONS_ID_TOKEN_REQUEST_TOKEN",
+              "MLSYS_HIDDEN_SUITES_TOKEN")
+GRADE_TIMEOUT_S = 600
+
+
+@dataclass(frozen=True)
+class Case:
+    """One adversarial submission and what grading it must produce (see case.toml)."""
+
+    name: str
+    folder: Path
+    attack: str
+    select: str
+    score: int
+    suite: str = "public"
+    reason: str = ""
+    marker: str = ""
+    needs_full_sandbox: bool = False
+    not_in_summary: tuple[str, ...] = ()
+
+    @classmethod
+    def load(cls, folder: Path) -> Case:
+        data = tomllib.loads((folder / "case.toml").read_text())
+        unknown = set(data) - {"attack", "select", "score", "suite", "reason", "marker",
+                               "needs_full_sandbox", "not_in_summary", "secret"}
+        if unknown or not {"attack", "select", "score"} <= set(data):
+            raise ValueError(f"{folder}/case.toml: needs attack, select, score; unknown keys "
+                             f"{sorted(unknown)}")
+        if data.get("suite", "public") not in ("public", "hidden"):
+            raise ValueError(f"{folder}/case.toml: suite must be 'public' or 'hidden'")
+        return cls(name=folder.name, folder=folder, attack=data["attack"],
+                   select=data["select"], score=int(data["score"]),
+                   suite=data.get("suite", "public"), reason=data.get("reason", ""),
+                   marker=data.get("marker", ""),
+                   needs_full_sandbox=bool(data.get("needs_full_sandbox", False)),
+                   not_in_summary=tuple(data.get("not_in_summary", ())))
+
+
+@dataclass
+class CaseResult:
+    case: Case
+    score: int | None = None
+    max_score: int | None = None
+    reasons: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    survivors: list[int] = field(default_factory=list)
+    sandbox: str = ""
+    problems: list[str] = field(default_factory=list)
+    skipped: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def cases(names: list[str] | None = None) -> list[Case]:
+    found = [Case.load(p) for p in sorted((CORPUS / "cases").iterdir())
+             if (p / "case.toml").is_file()]
+    if names:
+        found = [c for c in found if c.name in names or c.name.split("_", 1)[-1] in names]
+    return found
+
+
+def _materialise(case: Case, workdir: Path) -> Path:
+    """Copy the submission and drop the honest ring beside it as ring_allreduce/_honest.py."""
+    submission = workdir / "submission"
+    shutil.copytree(case.folder / "submission", submission)
+    shutil.copy(CORPUS / "honest_ring.py", submission / ASSIGNMENT / "_honest.py")
+    os.chmod(workdir, 0o755)
+    for path in [submission, *submission.rglob("*")]:
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    return submission
+
+
+def _new_processes(before: set[int], started: float) -> list[int]:
+    """Processes that appeared during the case and are ours: descendants, or the rank user's."""
+    mine = proctree.descendants(os.getpid())
+    leftovers = []
+    for pid in mine | _pids_of_uid(65534):
+        if pid not in before:
+            leftovers.append(pid)
+    return sorted(leftovers)
+
+
+def _pids_of_uid(uid: int) -> set[int]:
+    pids = set()
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if entry.isdigit():
+            try:
+                if os.stat(f"/proc/{entry}").st_uid == uid:
+                    pids.add(int(entry))
+            except OSError:
+                pass
+    return pids
+
+
+def run_case(case: Case, *, sandbox: str = "on") -> CaseResult:
+    """Grade one case in a fresh process and judge the outcome."""
+    result = CaseResult(case=case)
+    if case.marker:
+        Path(case.marker).unlink(missing_ok=True)
+    with tempfile.TemporaryDirectory(prefix="mlsys-adversarial-") as tmp:
+        workdir = Path(tmp)
+        submission = _materialise(case, workdir)
+        suites = REPO_ROOT / "grader" / "suites"
+        if case.suite == "public":
+            suites = workdir / "no-hidden-suites"
+            suites.mkdir()
+        out = workdir / "out"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+        env.update({key: CANARY for key in CANARY_ENV})
+        command = [sys.executable, "-m", "grader", "grade", ASSIGNMENT, "--impl",
+                   str(submission), "--suites", str(suites), "--out", str(out), "-n", "0",
+                   "--sandbox", sandbox, "--select", case.select]
+        before = proctree.descendants(os.getpid()) | _pids_of_uid(65534)
+        started = time.monotonic()
+        proc = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                              timeout=GRADE_TIMEOUT_S)
+        result.seconds = time.monotonic() - started
+        deadline = time.monotonic() + 5
+        while (left := _new_processes(before, started)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        result.survivors = _new_processes(before, started)
+        _judge(case, result, proc, out)
+    if case.marker and Path(case.marker).exists():
+        result.problems.append(f"code that must never run did: {case.marker} exists")
+        Path(case.marker).unlink(missing_ok=True)
+    return result
+
+
+def _judge(case: Case, result: CaseResult, proc: subprocess.CompletedProcess,
+           out: Path) -> None:
+    results_path = out / "results.json"
+    if proc.returncode != 0 or not results_path.exists():
+        tail = (proc.stdout + proc.stderr)[-1500:]
+        result.problems.append(f"grading did not finish normally (exit {proc.returncode}): "
+                               f"{tail}")
+        return
+    data = json.loads(results_path.read_text())
+    summary = (out / "summary.md").read_text() if (out / "summary.md").exists() else ""
+    result.sandbox = str(data.get("sandbox", {}).get("summary", "")) \
+        if isinstance(data.get("sandbox"), dict) else ""
+    tests = data.get("tests", [])
+    if not tests:
+        result.problems.append(f"no test matched --select {case.select!r}")
+        return
+    result.score = int(round(sum(t.get("score", 0) for t in tests)))
+    result.max_score = int(round(sum(t.get("max_score", 0) for t in tests)))
+    result.reasons = sorted({str(t.get("output", "")).splitlines()[0][:160]
+                             for t in tests if t.get("score", 0) < t.get("max_score", 0)
+                             and t.get("output")})
+    if case.needs_full_sandbox and not result.sandbox.startswith("sandbox: full"):
+        result.skipped = f"needs the full sandbox; here: {result.sandbox or 'unknown'}"
+        return
+    if result.score != case.score:
+        result.problems.append(f"scored {result.score}/{result.max_score}, must score "
+                               f"{case.score}")
+    if case.reason and not any(case.reason in r for r in result.reasons):
+        result.problems.append(f"no failure reason mentions {case.reason!r}: {result.reasons}")
+    everything = results_path.read_text() + summary
+    if (out / "junit.xml").exists():
+        everything += (out / "junit.xml").read_text()
+    if CANARY in everything:
+        result.problems.append("a canary token from the grader's environment reached the reports")
+    for needle in case.not_in_summary:
+        if needle in summary:
+            result.problems.append(f"the PR comment contains injected {needle!r}")
+    if len(summary) > 65_536:
+        result.problems.append(f"the PR comment is {len(summary)} characters, over GitHub's cap")
+    if result.survivors:
+        result.problems.append(f"processes outlived grading: {result.survivors}")
+
+
+def table(results: list[CaseResult]) -> str:
+    lines = ["| case | attack | score | reason shown | time | survivors | verdict |",
+             "|---|---|---:|---|---:|---:|---|"]
+    for r in results:
+        verdict = f"skipped: {r.skipped}" if r.skipped else ("ok" if r.ok else
+                                                              "; ".join(r.problems)[:200])
+        score = "-" if r.score is None else f"{r.score}/{r.max_score}"
+        reason = (r.reasons[0] if r.reasons else "").replace("|", "\\|")[:90]
+        lines.append(f"| {r.case.name} | {r.case.attack[:70]} | {score} | {reason} | "
+                     f"{r.seconds:.1f} s | {len(r.survivors)} | {verdict} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    names = [a for a in argv if not a.startswith("-")]
+    results = []
+    for case in cases(names):
+        print(f"… {case.name}: {case.attack[:80]}", flush=True)
+        results.append(run_case(case))
+    print(table(results))
+    return 0 if all(r.ok for r in results) else 1

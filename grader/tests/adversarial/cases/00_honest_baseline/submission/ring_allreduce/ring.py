@@ -1,0 +1,1 @@
+from ._honest import *  # noqa: F403

@@ -1,0 +1,2 @@
+import pathlib
+pathlib.Path("/tmp/mlsys-adversarial-sitecustomize").touch()
