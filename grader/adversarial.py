@@ -19,10 +19,10 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader.manifest import tomllib
 from harness import proctree
 from harness.impl import REPO_ROOT
 
@@ -149,7 +149,7 @@ def run_case(case: Case, *, sandbox: str = "on") -> CaseResult:
                               timeout=GRADE_TIMEOUT_S)
         result.seconds = time.monotonic() - started
         deadline = time.monotonic() + 5
-        while (left := _new_processes(before, started)) and time.monotonic() < deadline:
+        while _new_processes(before, started) and time.monotonic() < deadline:
             time.sleep(0.1)
         result.survivors = _new_processes(before, started)
         _judge(case, result, proc, out)
