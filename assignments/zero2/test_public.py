@@ -20,6 +20,7 @@ STEPS = 3
 ROWS_PER_RANK = 4
 LR = 1e-2
 ELEMENT_SIZE = 8  # float64
+LAUNCH_TIMEOUT = 180.0  # seconds; generous for loaded machines, and a deadlock still ends
 
 
 class SmallNet(nn.Module):
@@ -103,7 +104,8 @@ def rank_train(ctx, x, y):
 @pytest.fixture(scope="module")
 def run(launch):
     x, y = make_batches(WORLD)
-    result = launch(rank_train, world_size=WORLD, rank_args=per_rank(x, y, WORLD), timeout=90)
+    result = launch(rank_train, world_size=WORLD, rank_args=per_rank(x, y, WORLD),
+                    timeout=LAUNCH_TIMEOUT)
     return result, single_process(x, y)
 
 
@@ -210,7 +212,7 @@ def test_step_without_gradients_changes_nothing(run):
 @pytest.mark.points(2)
 def test_world_of_one(launch):
     x, y = make_batches(1)
-    result = launch(rank_train, world_size=1, rank_args=per_rank(x, y, 1), timeout=90)
+    result = launch(rank_train, world_size=1, rank_args=per_rank(x, y, 1), timeout=LAUNCH_TIMEOUT)
     for step, expected in enumerate(single_process(x, y)):
         for name, tensor in expected.items():
             assert_close(result.values[0]["history"][step][name], tensor, scale=10.0,

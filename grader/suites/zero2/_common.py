@@ -27,6 +27,9 @@ from torch import nn
 
 from harness import CommRecord
 
+# Wall-clock limit of one launch: generous, because a loaded 2-core runner is slow to start
+# ranks (each rank's first optimizer imports torch._dynamo); a hang still ends.
+LAUNCH_TIMEOUT = 180.0
 OPTIMIZERS = {"adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
 
 # Names a rank may use for each half of the traffic (see the stub's cost contract).

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from grader.suites.zero2._common import (
+    LAUNCH_TIMEOUT,
     TWO_GROUPS,
     assert_history,
     make_data,
@@ -33,7 +34,7 @@ def run(launch):
     if min(ref.norms) <= SPEC["clip"]:  # the suite's own premise, not the student's fault
         raise RuntimeError(f"suite error: clipping inactive (norms {ref.norms})")
     result = launch(rank_train, world_size=WORLD, args=(SPEC,),
-                    rank_args=rank_slices(x, y, WORLD), timeout=90)
+                    rank_args=rank_slices(x, y, WORLD), timeout=LAUNCH_TIMEOUT)
     return result.values, ref
 
 

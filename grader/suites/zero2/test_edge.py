@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from grader.suites.zero2._common import (
+    LAUNCH_TIMEOUT,
     assert_history,
     build_model,
     make_data,
@@ -47,7 +48,7 @@ def rank_bad_input(ctx):
 
 @pytest.fixture(scope="module")
 def bad_input(launch):
-    return launch(rank_bad_input, world_size=1, timeout=60).values[0]
+    return launch(rank_bad_input, world_size=1, timeout=LAUNCH_TIMEOUT).values[0]
 
 
 def _assert_value_error(outcome: tuple, case: str) -> None:
@@ -88,7 +89,7 @@ def rank_subgroups(ctx, spec, x, y):
 def test_process_subgroups(launch):
     x, y = make_data(SPEC, WORLD)
     values = launch(rank_subgroups, world_size=WORLD, args=(SPEC,),
-                    rank_args=rank_slices(x, y, WORLD), timeout=90).values
+                    rank_args=rank_slices(x, y, WORLD), timeout=LAUNCH_TIMEOUT).values
     size = shard_numel(SPEC, 2)
     for rank, value in enumerate(values):
         expected = [(rank % 2) * size, (rank % 2 + 1) * size]

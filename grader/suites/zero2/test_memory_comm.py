@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 from grader.suites.zero2._common import (
+    LAUNCH_TIMEOUT,
     check_step_traffic,
     expected_bytes,
     make_data,
@@ -34,7 +35,7 @@ ELEMENT_SIZE = 4
 def run(launch):
     x, y = make_data(SPEC, WORLD)
     result = launch(rank_train, world_size=WORLD, args=(SPEC,),
-                    rank_args=rank_slices(x, y, WORLD), timeout=90)
+                    rank_args=rank_slices(x, y, WORLD), timeout=LAUNCH_TIMEOUT)
     return result.values, result.comm
 
 

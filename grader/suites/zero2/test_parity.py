@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from grader.suites.zero2._common import (
+    LAUNCH_TIMEOUT,
     TWO_GROUPS,
     Reference,
     assert_history,
@@ -41,15 +42,21 @@ HINT = ("check the average over ranks (divide the sum by N), the offsets of para
 @pytest.fixture(scope="module")
 def runs(launch):
     """runs(name) -> (values per rank, comm per rank, reference, spec); each config runs once."""
-    cache: dict[str, tuple] = {}
+    cache: dict[str, tuple | AssertionError] = {}
 
     def get(name: str) -> tuple[list[dict], list, Reference, dict]:
         if name not in cache:
             spec, world_size = CONFIGS[name], WORLD[name]
             x, y = make_data(spec, world_size)
-            result = launch(rank_train, world_size=world_size, args=(spec,),
-                            rank_args=rank_slices(x, y, world_size), timeout=90)
-            cache[name] = (result.values, result.comm, reference_run(spec, x, y), spec)
+            try:
+                result = launch(rank_train, world_size=world_size, args=(spec,),
+                                rank_args=rank_slices(x, y, world_size), timeout=LAUNCH_TIMEOUT)
+            except AssertionError as exc:  # LaunchError: fail every test of this config once
+                cache[name] = exc
+            else:
+                cache[name] = (result.values, result.comm, reference_run(spec, x, y), spec)
+        if isinstance(cache[name], AssertionError):
+            raise cache[name]
         return cache[name]
 
     return get

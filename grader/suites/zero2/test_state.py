@@ -13,6 +13,7 @@ import torch
 
 from grader.compare import assert_close
 from grader.suites.zero2._common import (
+    LAUNCH_TIMEOUT,
     TWO_GROUPS,
     assert_history,
     build_model,
@@ -52,7 +53,7 @@ def rank_checkpoint(ctx, spec, x, y):
 def run(launch):
     x, y = make_data(SPEC, WORLD)
     result = launch(rank_checkpoint, world_size=WORLD, args=(SPEC,),
-                    rank_args=rank_slices(x, y, WORLD), timeout=90)
+                    rank_args=rank_slices(x, y, WORLD), timeout=LAUNCH_TIMEOUT)
     return result.values, reference_run(SPEC, x, y, state_after=(SAVE_AFTER,))
 
 

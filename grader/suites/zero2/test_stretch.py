@@ -14,6 +14,7 @@ from __future__ import annotations
 import pytest
 
 from grader.suites.zero2._common import (
+    LAUNCH_TIMEOUT,
     REDUCE_SCATTER_OPS,
     SEND_OPS,
     assert_history,
@@ -61,7 +62,7 @@ def _first_gradient_message(records: list) -> tuple[int, object] | None:
 def test_reduce_scatter_overlaps_backward(launch):
     x, y = make_data(SPEC, WORLD)
     result = launch(rank_overlap, world_size=WORLD, args=(SPEC,),
-                    rank_args=rank_slices(x, y, WORLD), timeout=90)
+                    rank_args=rank_slices(x, y, WORLD), timeout=LAUNCH_TIMEOUT)
     for rank, records in enumerate(result.comm):
         for step in range(SPEC["steps"]):
             step_records = _step_window(records, step)
