@@ -56,6 +56,7 @@ class Verdict:
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
     ran: bool = False
+    sessions: int = 0
 
 
 def judge_solution(session: Session) -> list[str]:
@@ -234,6 +235,7 @@ def _record(job: Job, session: Session, checks: dict[str, Verdict], course: Cour
     verdict.breaches += breaches
     verdict.seconds += session.wall_s
     verdict.ran = True
+    verdict.sessions += 1
     status = "ok" if not breaches else f"BREACH: {breaches[0]}"
     if job.kind == "mutant" and caught:
         status = caught.split(": ", 1)[1]
@@ -248,7 +250,7 @@ def _table(verdicts: dict[str, dict[str, Verdict]]) -> str:
             verdict = checks[check]
             mark = "✗" if verdict.breaches else ("✓" if verdict.ran else "-")
             if check == "mutants" and verdict.ran:
-                mark += f" {len(verdict.notes)} caught"
+                mark += f" {len(verdict.notes)}/{verdict.sessions} caught"
             row.append(mark)
         row.append(f"{sum(v.seconds for v in checks.values()):.1f} s")
         rows.append(row)

@@ -125,7 +125,7 @@ def test_selfcheck_passes_a_sound_course(tmp_path, monkeypatch):
     assert sorted(calls) == [("assignments", False), ("mutant:toy/off_by_one", True),
                              ("solutions", False)]
     assert "mutant:toy/off_by_one: caught by suites/toy/test_x.py::test_add (no)" in output
-    assert "toy         ✓           ✓       ✓         ✓     ✓ 1 caught" in output
+    assert "toy         ✓           ✓       ✓         ✓     ✓ 1/1 caught" in output
     assert "selfcheck passed in" in output.splitlines()[-1]
 
 
@@ -144,7 +144,7 @@ def test_selfcheck_reports_every_breach(tmp_path, monkeypatch):
     assert "toy points: suites carry 8 points, the manifest says points = 9" in breaches
     assert "toy stub: stub: the session hung and was killed" in breaches
     assert "toy mutants: mutant harmless passes every test" in breaches
-    assert "toy         ✗           ✗       ✓         ✗     ✗ 0 caught" in output
+    assert "toy         ✗           ✗       ✓         ✗     ✗ 0/1 caught" in output
 
 
 def test_selfcheck_needs_mutants_and_a_stub_module(tmp_path, monkeypatch):
