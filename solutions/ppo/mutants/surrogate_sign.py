@@ -1,0 +1,8 @@
+"""Maximises the loss instead of minimising it: the surrogate's sign is flipped."""
+from harness.mutation import mutate
+
+MUTATES = "ppo"
+mutate(globals(), "ppo", "ppo", replace=[
+    ("    unclipped = -advantages * ratio\n    clipped = -advantages * torch.clamp(",
+     "    unclipped = advantages * ratio\n    clipped = advantages * torch.clamp("),
+])
