@@ -1,8 +1,8 @@
 """Causal mask lets each query see one future key (j <= i + 1)."""
-from harness.mutation import mutate
+from ._source import mutate_kernels
 
 MUTATES = "kernels"
-mutate(globals(), "triton_kernels", "kernels", replace=[
+mutate_kernels(globals(), [
     ("keep = keep & (cols[None, :] <= offs_m[:, None])",
      "keep = keep & (cols[None, :] <= offs_m[:, None] + 1)"),
 ])

@@ -1,8 +1,8 @@
 """Decode attends to every slot of the last block, also those past the context length."""
-from harness.mutation import mutate
+from ._source import mutate_kernels
 
 MUTATES = "kernels"
-mutate(globals(), "triton_kernels", "kernels", replace=[
+mutate_kernels(globals(), [
     ("token_mask = (offs_t < block_size) & (logical * block_size + offs_t < context_len)",
      "token_mask = offs_t < block_size"),
 ])

@@ -1,7 +1,7 @@
 """Stores the log-sum-exp in base 2 (m + log2 l) without converting back to natural log."""
-from harness.mutation import mutate
+from ._source import mutate_kernels
 
 MUTATES = "kernels"
-mutate(globals(), "triton_kernels", "kernels", replace=[
+mutate_kernels(globals(), [
     ("lse = (m_i + tl.log2(l_i)) * 0.6931471805599453", "lse = m_i + tl.log2(l_i)"),
 ])

@@ -1,7 +1,7 @@
 """Online softmax that forgets to rescale the accumulator when the running max grows."""
-from harness.mutation import mutate
+from ._source import mutate_kernels
 
 MUTATES = "kernels"
-mutate(globals(), "triton_kernels", "kernels", replace=[
+mutate_kernels(globals(), [
     ("acc = acc * alpha[:, None] + tl.dot(", "acc = acc + tl.dot("),
 ])

@@ -1,7 +1,7 @@
 """RMSNorm divides the sum of squares by the padded block width instead of the row width."""
-from harness.mutation import mutate
+from ._source import mutate_kernels
 
 MUTATES = "kernels"
-mutate(globals(), "triton_kernels", "kernels", replace=[
+mutate_kernels(globals(), [
     ("mean_square = tl.sum(x * x, axis=0) / n_cols", "mean_square = tl.sum(x * x, axis=0) / BLOCK"),
 ])

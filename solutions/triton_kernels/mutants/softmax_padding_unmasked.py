@@ -1,7 +1,7 @@
 """Softmax pads the columns past the row's end with 0 instead of -inf: they join the sum."""
-from harness.mutation import mutate
+from ._source import mutate_kernels
 
 MUTATES = "kernels"
-mutate(globals(), "triton_kernels", "kernels", replace=[
+mutate_kernels(globals(), [
     ('other=-float("inf")).to(tl.float32)', "other=0.0).to(tl.float32)"),
 ])
