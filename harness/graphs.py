@@ -44,7 +44,6 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
-from torch.utils._pytree import tree_flatten, tree_map_only
 
 __all__ = [
     "AllocatedTensor", "EmulatedGraph", "GraphCaptureError", "GraphCounters", "GraphWatch",
@@ -138,8 +137,28 @@ def _storage_key(t: torch.Tensor) -> int | None:
         return None
 
 
-def _tensors(tree: Any) -> list[torch.Tensor]:
-    return [x for x in tree_flatten(tree)[0] if isinstance(x, torch.Tensor)]
+def _tensors(tree: Any, found: list[torch.Tensor] | None = None) -> list[torch.Tensor]:
+    """The tensors in nested tuples/lists/dicts, in order (pytree is slow on hot paths)."""
+    found = [] if found is None else found
+    if isinstance(tree, torch.Tensor):
+        found.append(tree)
+    elif isinstance(tree, (list, tuple)):
+        for item in tree:
+            _tensors(item, found)
+    elif isinstance(tree, dict):
+        for item in tree.values():
+            _tensors(item, found)
+    return found
+
+
+def _map_tensors(tree: Any, fn: Any) -> Any:
+    if isinstance(tree, torch.Tensor):
+        return fn(tree)
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_map_tensors(item, fn) for item in tree)
+    if isinstance(tree, dict):
+        return {key: _map_tensors(item, fn) for key, item in tree.items()}
+    return tree
 
 
 def _op_name(func: Any) -> str:
@@ -232,6 +251,10 @@ class _Recording:
 
 
 class _Recorder(TorchDispatchMode):
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False  # else the first op imports torch._dynamo (seconds) to disable it here
+
     def __init__(self, recording: _Recording) -> None:
         super().__init__()
         self.recording = recording
@@ -250,7 +273,7 @@ class _Recorder(TorchDispatchMode):
         for t in written:
             rec.undo_later(t)
         inputs = {_storage_key(t) for t in _tensors((args, kwargs))}
-        spec_args, spec_kwargs = tree_map_only(torch.Tensor, rec.alias, (args, kwargs))
+        spec_args, spec_kwargs = _map_tensors((args, kwargs), rec.alias)
         out = func(*args, **kwargs)
         fresh = []
         for i, t in enumerate(_tensors(out)):
@@ -396,6 +419,10 @@ def graph_capture(graph: Any) -> Iterator[Any]:
 
 class GraphWatch(TorchDispatchMode):
     """Counts captures, replays and allocations while open; see `watch()`."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False  # see _Recorder
 
     def __init__(self) -> None:
         super().__init__()

@@ -65,7 +65,10 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, rows: torch.Tensor,
                 k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
-        """x [batch, hidden]; k_cache/v_cache [max_batch, max_len + 1, heads, head_dim] (written)."""
+        """x [batch, hidden] -> [batch, hidden].
+
+        k_cache, v_cache: [max_batch, max_len + 1, heads, head_dim], written in place.
+        """
         batch = x.shape[0]
         q, k, v = self.qkv(self.norm1(x)).view(batch, 3, self.num_heads, self.head_dim).unbind(1)
         k_cache.index_put_((rows, positions), k)

@@ -14,6 +14,8 @@ import torch
 from harness.graphs import graph_capture
 from harness.graphs import make_graph as default_make_graph
 
+__all__ = ["GraphedDecoder", "pick_bucket"]
+
 SMALL_BUCKETS = (1, 2, 4, 8)
 BUCKET_STEP = 16
 

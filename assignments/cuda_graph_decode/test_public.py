@@ -1,0 +1,152 @@
+"""Public tests of cuda_graph_decode (20 points): run `pytest assignments/cuda_graph_decode`.
+
+One rank builds the provided model (float64, seed 0), decodes two steps of every row eagerly,
+captures your GraphedDecoder with the graph emulator (buckets 1, 2, 4, 8) and runs 7 steps of
+batch sizes 1 to 10 over random rows. This process runs the same model eagerly and compares
+logits, the KV cache, and what `harness.graphs.watch()` counted. The hidden suite does the
+same over more schedules, 100 steps, custom buckets, more bad inputs and, on a GPU, real CUDA
+graphs and speed (README §7).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from assignments.cuda_graph_decode.model import DecoderConfig, build_model
+from grader.compare import assert_close
+
+CONFIG = {"vocab_size": 50, "hidden": 32, "num_layers": 2, "num_heads": 4, "max_batch": 12,
+          "max_len": 16}
+SIZES = [1, 3, 8, 5, 2, 10, 3]
+BUCKETS = [1, 2, 4, 8]
+Step = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def make_steps(sizes: list[int], lengths: list[int], seed: int) -> list[Step]:
+    """(tokens, positions, rows) per step; each chosen row decodes at its next free position."""
+    gen = torch.Generator().manual_seed(seed)
+    steps = []
+    for size in sizes:
+        rows = torch.randperm(len(lengths), generator=gen)[:size]
+        positions = torch.tensor([lengths[r] for r in rows.tolist()])
+        tokens = torch.randint(0, CONFIG["vocab_size"], (size,), generator=gen)
+        for r in rows.tolist():
+            lengths[r] += 1
+        steps.append((tokens, positions, rows))
+    return steps
+
+
+LENGTHS = [0] * CONFIG["max_batch"]
+HISTORY = make_steps([CONFIG["max_batch"]] * 2, LENGTHS, seed=1)
+STEPS = make_steps(SIZES, LENGTHS, seed=2)
+
+
+def rank_public(ctx, config: dict, history: list[Step], steps: list[Step]) -> dict[str, Any]:
+    from assignments.cuda_graph_decode.model import DecoderConfig, build_model
+    from harness import graphs
+
+    runner = ctx.impl_module("cuda_graph_decode", "runner")
+    picks = [runner.pick_bucket(n, [1, 2, 4, 8]) for n in (1, 3, 4, 5, 8, 9)]
+    model = build_model(DecoderConfig(**config), dtype=torch.float64)
+    for step in history:
+        model.decode(*step)
+    decoder = runner.GraphedDecoder(model, 8, make_graph=graphs.EmulatedGraph)
+    with graphs.watch() as w:
+        decoder.capture()
+    captures = w.captures
+    logits, copies, counts = [], [], []
+    for step in steps:
+        with graphs.watch() as w:
+            out = decoder.step(*step)
+        logits.append(out)
+        copies.append(out.clone())
+        counts.append({"captures": w.captures, "replays": w.replays})
+    bad = {}
+    for name, (tokens, positions, rows) in {
+        "an empty batch": ([], [], []),
+        "tokens and rows of different lengths": ([1, 2], [0, 0], [0]),
+        "a position equal to max_len": ([1], [config["max_len"]], [0]),
+    }.items():
+        try:
+            decoder.step(torch.tensor(tokens, dtype=torch.long),
+                         torch.tensor(positions, dtype=torch.long),
+                         torch.tensor(rows, dtype=torch.long))
+            bad[name] = "no error"
+        except NotImplementedError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the type is the answer
+            bad[name] = type(exc).__name__
+    max_len = config["max_len"]
+    return {"picks": picks, "buckets": list(decoder.buckets), "captures": captures,
+            "logits": logits, "copies": copies, "counts": counts, "bad": bad,
+            "k_cache": model.k_cache[:, :, :max_len], "v_cache": model.v_cache[:, :, :max_len]}
+
+
+@pytest.fixture(scope="module")
+def run(launch) -> dict[str, Any]:
+    return launch(rank_public, world_size=1, args=(CONFIG, HISTORY, STEPS), timeout=120).values[0]
+
+
+@pytest.fixture(scope="module")
+def eager() -> dict[str, Any]:
+    model = build_model(DecoderConfig(**CONFIG), dtype=torch.float64)
+    for step in HISTORY:
+        model.decode(*step)
+    logits = [model.decode(*step) for step in STEPS]
+    max_len = CONFIG["max_len"]
+    return {"logits": logits, "k_cache": model.k_cache[:, :, :max_len],
+            "v_cache": model.v_cache[:, :, :max_len]}
+
+
+@pytest.mark.points(3)
+def test_pick_bucket(run):
+    expected = [1, 4, 4, 8, 8, None]
+    for n, got, want in zip((1, 3, 4, 5, 8, 9), run["picks"], expected):
+        assert got == want, f"pick_bucket({n}, [1, 2, 4, 8]) returned {got!r}, expected {want!r}"
+
+
+@pytest.mark.points(6)
+def test_logits_match_eager(run, eager):
+    for i, size in enumerate(SIZES):
+        assert_close(run["logits"][i], eager["logits"][i],
+                     what=f"logits of step {i + 1} (batch of {size})",
+                     hint="copy_ the inputs into the captured buffers, pad the rest of the "
+                          "bucket with pad entries, replay the bucket's graph")
+
+
+@pytest.mark.points(3)
+def test_kv_cache_matches_eager(run, eager):
+    for name in ("k_cache", "v_cache"):
+        assert_close(run[name], eager[name], what=f"{name} (real slots) after the last step",
+                     hint="padded entries must use position model.pad_position, which writes "
+                          "only the pad slot")
+
+
+@pytest.mark.points(4)
+def test_captures_once_per_bucket_and_replays_once_per_step(run):
+    assert run["buckets"] == BUCKETS, f"default buckets for 8: {run['buckets']}, expected {BUCKETS}"
+    assert run["captures"] == len(BUCKETS), \
+        f"capture() made {run['captures']} graphs, expected one per bucket ({len(BUCKETS)})"
+    for i, (size, count) in enumerate(zip(SIZES, run["counts"])):
+        assert count["captures"] == 0, f"step {i + 1} captured a graph; step() must only replay"
+        want = 1 if size <= max(BUCKETS) else 0
+        assert count["replays"] == want, (
+            f"step {i + 1} (batch of {size}) replayed {count['replays']} times, expected {want} "
+            f"({'one replay' if want else 'eager model.decode above the largest bucket'})")
+
+
+@pytest.mark.points(2)
+def test_returned_logits_are_not_overwritten(run):
+    for i, (kept, copy) in enumerate(zip(run["logits"], run["copies"])):
+        assert torch.equal(kept, copy), (
+            f"the logits returned by step {i + 1} changed during later steps; return a copy "
+            f"(clone) of the static output, not a view of it")
+
+
+@pytest.mark.points(2)
+def test_bad_input_raises_value_error(run):
+    for name, got in run["bad"].items():
+        assert got == "ValueError", f"step() with {name}: expected ValueError, got {got}"

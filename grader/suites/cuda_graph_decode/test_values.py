@@ -1,0 +1,103 @@
+"""Values: graphed decode equals eager decode, step by step, and leaves the same KV cache.
+
+Every row first gets a history of 4 tokens decoded eagerly; then the decoder under test is
+captured (default buckets 1, 2, 4, 8) and runs 20 steps of varying batch sizes over random rows,
+some above the largest bucket. The reference is the provided model run eagerly in this
+process from the same seed.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from grader.compare import assert_close
+from grader.suites.cuda_graph_decode._common import (
+    assert_caches,
+    assert_step_logits,
+    make_spec,
+    rank_decode,
+    reference,
+    sizes_of,
+)
+
+FIRST_SIZES = [1, 2, 3, 5, 8]
+LONG = make_spec(FIRST_SIZES + [4, 7, 10, 6, 3, 8, 12, 2, 5, 1, 7, 3, 6, 4, 8], seed=3)
+CUSTOM = make_spec([1, 2, 3, 4, 6, 7, 5, 2], seed=5, max_batch_size=6, buckets=[6, 3])
+FLOAT32 = make_spec([3, 8, 1], seed=7, dtype="float32")
+PADDING_HINT = ("check that padded slots hold pad entries (position model.pad_position), that "
+                "inputs are copy_-ed into the buffers the graph captured, and that each step "
+                "replays the bucket from pick_bucket")
+
+
+@pytest.fixture(scope="module")
+def runs(launch):
+    """runs(name) -> (spec, rank result, eager reference); each spec runs once."""
+    specs = {"long": LONG, "custom": CUSTOM, "float32": FLOAT32}
+    cache: dict[str, tuple] = {}
+
+    def get(name: str) -> tuple[dict, dict, dict]:
+        if name not in cache:
+            spec = specs[name]
+            run = launch(rank_decode, world_size=1, args=(spec,), timeout=120).values[0]
+            cache[name] = (spec, run, reference(spec))
+        return cache[name]
+
+    return get
+
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize("size", FIRST_SIZES)
+def test_batch_size_matches_eager(runs, size):
+    spec, run, ref = runs("long")
+    assert_step_logits(run, ref, spec, FIRST_SIZES.index(size), hint=PADDING_HINT)
+
+
+@pytest.mark.points(7)
+def test_twenty_steps_of_varying_sizes(runs):
+    spec, run, ref = runs("long")
+    for index in range(len(spec["steps"])):
+        assert_step_logits(run, ref, spec, index, hint=PADDING_HINT)
+
+
+@pytest.mark.points(5)
+def test_kv_cache_after_the_steps_matches_eager(runs):
+    _, run, ref = runs("long")
+    assert_caches(run, ref, hint="padded entries must write only the pad slot "
+                                 "(position model.pad_position), never a real row's slot")
+
+
+@pytest.mark.points(4)
+def test_capture_leaves_the_cache_unchanged(runs):
+    _, run, _ = runs("long")
+    change = run["capture_change"]
+    assert change == 0.0, (
+        f"capture() changed real slots of the KV cache by up to {change:.3g}; the warm-up runs "
+        f"eagerly, so its entries must be pad entries (position model.pad_position)")
+
+
+@pytest.mark.points(3)
+def test_batches_above_the_largest_bucket_match_eager(runs):
+    spec, run, ref = runs("long")
+    above = [i for i, size in enumerate(sizes_of(spec)) if size > max(run["buckets"])]
+    for index in above:
+        assert_step_logits(run, ref, spec, index,
+                           hint="batches above the largest bucket run model.decode eagerly")
+
+
+@pytest.mark.points(3)
+def test_custom_buckets(runs):
+    spec, run, ref = runs("custom")
+    assert run["buckets"] == [3, 6], f"buckets=[6, 3] gave decoder.buckets {run['buckets']}, " \
+                                     f"expected the sorted distinct sizes [3, 6]"
+    for index in range(len(spec["steps"])):
+        assert_step_logits(run, ref, spec, index, hint=PADDING_HINT)
+    assert_caches(run, ref, hint="padded entries must write only the pad slot")
+
+
+@pytest.mark.points(1)
+def test_float32_model(runs):
+    spec, run, ref = runs("float32")
+    for index in range(len(spec["steps"])):
+        assert_close(run["logits"][index], ref["logits"][index], scale=10.0,
+                     what=f"float32 model: logits of step {index + 1}",
+                     hint="return the model's dtype; keep the static buffers int64")

@@ -1,0 +1,8 @@
+"""Checks positions against max_len + 1: a real entry at the pad position slips through."""
+from harness.mutation import mutate
+
+MUTATES = "runner"
+mutate(globals(), "cuda_graph_decode", "runner", replace=[
+    ('"positions": (positions, self.model.max_len),',
+     '"positions": (positions, self.model.max_len + 1),'),
+])

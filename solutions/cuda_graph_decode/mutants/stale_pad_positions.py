@@ -1,0 +1,8 @@
+"""Ignores the positions of padded slots: they keep whatever the previous step left there, so
+padded entries write into real slots of row 0."""
+from harness.mutation import mutate
+
+MUTATES = "runner"
+mutate(globals(), "cuda_graph_decode", "runner", replace=[
+    ("        self._positions[start:stop].fill_(self.model.pad_position)\n", ""),
+])
