@@ -274,9 +274,10 @@ def blocking_deadlock(calls: dict[int, list[tuple[str, int | None]]]) -> str | N
 
 # Launch failures whose raw first line does not say what to fix: (text in the error, the fix).
 FAILURE_HINTS = (
-    ("Pair is not connected", "a rank sent to or received from itself: take positions from "
-                              "dist.get_rank(group) and map them to global ranks with "
-                              "dist.get_process_group_ranks(group)"),
+    *((text, "a rank sent to or received from itself: take positions from "
+             "dist.get_rank(group) and map them to global ranks with "
+             "dist.get_process_group_ranks(group)")
+      for text in ("Pair is not connected", "should not be the same as the rank of the current")),
     ("did not finish within", "a deadlock? blocking sends must be ordered (README §3), and "
                               "every rank must make the same sequence of calls"),
 )

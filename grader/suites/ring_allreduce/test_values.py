@@ -98,6 +98,12 @@ def _judge(sweep, world_size: int, kind: str) -> None:
     check_all(cases, result.values, world_size, kind)
 
 
+@pytest.mark.points(1)
+@pytest.mark.parametrize("world_size", WORLD_SIZES)
+def test_all_reduce_shapes_and_layouts(sweep, world_size):
+    _judge(sweep, world_size, "layouts")
+
+
 @pytest.mark.points(2)
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
 def test_all_reduce_sizes(sweep, world_size):
@@ -108,12 +114,6 @@ def test_all_reduce_sizes(sweep, world_size):
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
 def test_all_reduce_every_op_and_dtype(sweep, world_size):
     _judge(sweep, world_size, "ops")
-
-
-@pytest.mark.points(1)
-@pytest.mark.parametrize("world_size", WORLD_SIZES)
-def test_all_reduce_shapes_and_layouts(sweep, world_size):
-    _judge(sweep, world_size, "layouts")
 
 
 @pytest.mark.points(1)
