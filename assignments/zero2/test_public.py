@@ -117,9 +117,10 @@ def wire_bytes(records: list, world_size: int) -> dict[str, float]:
     """Bytes this rank sends, by kind, under the cost contract of zero.py's docstring."""
     out = {"reduce_scatter": 0.0, "all_gather": 0.0, "p2p": 0.0, "other": 0.0}
     for rec in records:
-        if rec.op.startswith("reduce_scatter"):
+        name = rec.op.lstrip("_")  # _reduce_scatter_base and _all_gather_base count too
+        if name.startswith("reduce_scatter"):
             out["reduce_scatter"] += rec.bytes * (world_size - 1) / world_size
-        elif rec.op.startswith("all_gather"):
+        elif name.startswith("all_gather") and not name.startswith("all_gather_object"):
             out["all_gather"] += rec.bytes * (world_size - 1)
         elif rec.op in ("send", "isend"):
             out["p2p"] += rec.bytes

@@ -108,7 +108,8 @@ class Zero2Optimizer:
         3. All-gather the updated shards into every rank's parameters (in place, same dtype).
 
         If no trainable parameter has a gradient on any rank (e.g. right after `zero_grad()`),
-        nothing changes and nothing is sent; all ranks must agree on that. Parameters end
+        nothing changes and no gradient or parameter bytes are sent (a one-element all-reduce
+        to agree on it is fine); all ranks must agree on that. Parameters end
         identical on all ranks. Every rank must call it. Returns `closure()`'s value (called
         with grad enabled) or None.
         """

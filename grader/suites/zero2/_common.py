@@ -13,6 +13,10 @@ A `spec` is a plain dict:
     optimizer   "adamw" or "sgd"; defaults: keyword arguments for it
     groups      None (one group of every parameter) or [{"names": [...], **hyperparameters}]
     steps, batch (rows per rank), seed, clip (max_norm or None)
+    checkpoint_after   optional: save and resume after this many steps (see rank_train)
+
+`shared_run` trains each of `CONFIGS` once per pytest process, for every module that needs it
+(parity, memory and communication, checkpoints read different parts of the same runs).
 """
 
 from __future__ import annotations
@@ -192,11 +196,11 @@ def make_optimizer(ctx: Any, spec: dict, model: nn.Module, group: Any = None) ->
 
 
 def train(ctx: Any, spec: dict, model: nn.Module, opt: Any, x: torch.Tensor, y: torch.Tensor,
-          steps: range, probe_after: int | None = None) -> dict[str, Any]:
-    """Run `steps` with a `step i` mark before each; returns history, norms and the probe."""
+          steps: range, probe_after: int | None = None, prefix: str = "") -> dict[str, Any]:
+    """Run `steps` with a `<prefix>step i` mark before each; returns history, norms, probe."""
     out: dict[str, Any] = {"history": [], "norms": [], "probe": None}
     for step in steps:
-        ctx.mark(f"step {step}")
+        ctx.mark(f"{prefix}step {step}")
         opt.zero_grad()
         loss_fn(model(x[step]), y[step]).backward()
         if spec.get("clip") is not None:
@@ -239,16 +243,83 @@ def round_trip(obj: Any) -> Any:
 
 
 def rank_train(ctx: Any, spec: dict, x: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
-    """The standard run: train, probe after the first step, then one step without gradients."""
+    """The standard run: train, probe after the first step, then one step without gradients.
+
+    With `spec["checkpoint_after"] = k`: after step k each rank also saves its state_dict and
+    the weights (through torch.save), asks for consolidated_state_dict(dst) for dst 0 and 1,
+    and at the end a fresh model and optimizer restored from them train steps k+1.. again.
+    """
     model = build_model(spec)
     opt = make_optimizer(ctx, spec, model)
-    out = train(ctx, spec, model, opt, x, y, range(spec["steps"]), probe_after=0)
+    save_at = spec.get("checkpoint_after")
+    out = train(ctx, spec, model, opt, x, y, range(save_at or spec["steps"]), probe_after=0)
+    if save_at:
+        ctx.mark("checkpoint")
+        saved = round_trip(opt.state_dict()), round_trip(model.state_dict())
+        out["consolidated"] = {dst: opt.consolidated_state_dict(dst=dst) for dst in (0, 1)}
+        rest = train(ctx, spec, model, opt, x, y, range(save_at, spec["steps"]))
+        out["history"] += rest["history"]
     ctx.mark("empty step")
     opt.zero_grad()
     opt.step()
     ctx.mark("end")
     out["after_empty_step"] = snapshot(model)
+    if save_at:
+        fresh = build_model(dict(spec, seed=spec["seed"] + 1000))  # other weights until loaded
+        fresh.load_state_dict(saved[1])
+        resumed_opt = make_optimizer(ctx, spec, fresh)
+        resumed_opt.load_state_dict(saved[0])
+        out["resumed"] = train(ctx, spec, fresh, resumed_opt, x, y,
+                               range(save_at, spec["steps"]), prefix="resumed ")["history"]
     return out
+
+
+# -- runs shared by several test modules ------------------------------------------------------
+BASE = {"arch": "tiny", "dtype": "float64", "frozen": ["fc2.weight", "fc2.bias"], "steps": 5,
+        "batch": 3, "clip": None, "groups": TWO_GROUPS}
+CONFIGS = {  # name -> (spec, world size)
+    "adamw-3": (dict(BASE, seed=11, optimizer="adamw", defaults={"lr": 1e-2}), 3),
+    "sgd-4": (dict(BASE, seed=12, optimizer="sgd", defaults={"lr": 0.05, "momentum": 0.9}), 4),
+    "adamw-2-checkpoint": (dict(BASE, seed=13, optimizer="adamw", checkpoint_after=3,
+                                defaults={"lr": 1e-2, "betas": (0.8, 0.99)}), 2),
+}
+
+
+@dataclass
+class Run:
+    values: list[dict]  # per rank, what rank_train returned
+    comm: list[list[CommRecord]]
+    ref: Reference
+    spec: dict
+    world_size: int
+
+
+_RUNS: dict[tuple[str, str], Run | AssertionError] = {}
+
+
+def shared_run(launch: Any, impl: str, name: str) -> Run:
+    """CONFIGS[name] trained once per pytest process and --impl, for every module that asks.
+
+    A failed launch is remembered too, so each test that needs it fails at once.
+    """
+    key = (impl, name)
+    if key not in _RUNS:
+        spec, world_size = CONFIGS[name]
+        x, y = make_data(spec, world_size)
+        try:
+            result = launch(rank_train, world_size=world_size, args=(spec,),
+                            rank_args=rank_slices(x, y, world_size), timeout=LAUNCH_TIMEOUT)
+        except AssertionError as exc:  # a LaunchError: the code under test failed
+            _RUNS[key] = exc
+        else:
+            state_after = (spec["checkpoint_after"],) if spec.get("checkpoint_after") else ()
+            _RUNS[key] = Run(result.values, result.comm,
+                             reference_run(spec, x, y, state_after=state_after), spec,
+                             world_size)
+    run = _RUNS[key]
+    if isinstance(run, AssertionError):
+        raise run
+    return run
 
 
 # -- communication accounting (parent) ---------------------------------------------------------
