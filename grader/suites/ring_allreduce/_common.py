@@ -138,7 +138,7 @@ def check_case(case: Case, values: Sequence[Any], world_size: int) -> None:
         if case.call == "all_reduce":
             _check_in_place(got, what)
             assert_close(got["out"], expected_full, what=what, scale=n if case.op == "avg" else 1,
-                         hint=_reduce_hint(case.op))
+                         hint=_reduce_hint(case.op, case.layout))
         elif case.call == "reduce_scatter":
             start, end = chunk_slices(case.inputs[rank].numel(), n)[position]
             expected = expected_full.reshape(-1)[start:end]
@@ -172,7 +172,9 @@ def _check_in_place(got: dict[str, Any], what: str) -> None:
         raise AssertionError(f"{what}: the returned tensor and the input differ after the call")
 
 
-def _reduce_hint(op: str | None) -> str:
+def _reduce_hint(op: str | None, layout: str) -> str:
+    if layout != "contiguous":
+        return "a non-contiguous input needs the result copied back through the view"
     return {"avg": "divide the sum by N exactly once",
             "product": "multiply, do not add, for op='product'"}.get(op or "", "")
 
