@@ -141,5 +141,5 @@ def main(argv: list[str]) -> int:
     print(f"expected memory ratio (4 + 4 + 8)/N / (4 + 8) = {16 / n / 12:.2f} "
           f"(gradient shard + master + m + v, against full gradient + m + v)")
     print(f"max |ZeRO-2 - DDP| over the parameters after {1 + args.steps * args.rounds} "
-          f"identical steps: {max(v['max_diff'] for v in values):.2g} (float32 rounding)")
+          f"identical steps: {max(v['max_diff'] for v in values):.2g} (0, or float32 rounding)")
     return 0
