@@ -63,7 +63,8 @@ class Zero2Optimizer:
             ValueError: trainable parameters of different dtypes or devices (e.g. float32 and
                 float64, or cpu and meta, in one param group), with a message naming them.
 
-        Does not communicate, so ranks may build it at different times. A world of one works.
+        Every rank of `group` builds it over the same parameters (same shapes, same order),
+        each replica initialised identically. A world of one works.
         """
         raise NotImplementedError("Zero2Optimizer.__init__: see README §3")
 
