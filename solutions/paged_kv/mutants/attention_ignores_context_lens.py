@@ -1,0 +1,8 @@
+"""paged_attention masks padding blocks only: stale slots after the last token are attended."""
+from harness.mutation import mutate
+
+MUTATES = "cache"
+mutate(globals(), "paged_kv", "cache", replace=[
+    ("(positions[None, :] >= lens[:, None])[:, None, :]",
+     "(tables < 0).repeat_interleave(block_size, dim=1)[:, None, :]"),
+])

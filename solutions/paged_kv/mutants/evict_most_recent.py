@@ -1,0 +1,7 @@
+"""Eviction takes the most recently released cached block instead of the least recent."""
+from harness.mutation import mutate
+
+MUTATES = "allocator"
+mutate(globals(), "paged_kv", "allocator", replace=[
+    ("self._evictable.popitem(last=False)", "self._evictable.popitem(last=True)"),
+])

@@ -1,0 +1,7 @@
+"""fork copies the parent's table but does not raise the blocks' reference counts."""
+from harness.mutation import mutate
+
+MUTATES = "allocator"
+mutate(globals(), "paged_kv", "allocator", replace=[
+    ("        for block in parent:\n            self._ref[block] += 1\n", ""),
+])

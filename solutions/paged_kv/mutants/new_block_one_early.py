@@ -1,0 +1,8 @@
+"""append_slot takes a new block when the last one still has one free slot (off by one)."""
+from harness.mutation import mutate
+
+MUTATES = "allocator"
+mutate(globals(), "paged_kv", "allocator", replace=[
+    ("        if offset == 0:\n",
+     "        if (length + 1) % self.block_size == 0 or not table:\n"),
+])
