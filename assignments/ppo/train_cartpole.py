@@ -217,6 +217,11 @@ def update(ppo: ModuleType, model: ActorCritic, optimizer: torch.optim.Optimizer
                                     config.value_clip_eps)
             entropy = ppo.entropy_from_logits(logits)
             loss = pg_loss + config.vf_coef * v_loss - config.ent_coef * entropy
+            if not torch.isfinite(loss):
+                raise FloatingPointError(
+                    f"the PPO loss is {float(loss)} (pg_loss {float(pg_loss)}, v_loss "
+                    f"{float(v_loss)}, entropy {float(entropy)}); check masked_whiten's eps and "
+                    f"the functions that produced the nan (README §13)")
             optimizer.zero_grad()
             loss.backward()
             nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)

@@ -23,7 +23,6 @@ The CartPole learning test lives in test_z_learning.py: the name sorts last, so 
 
 from __future__ import annotations
 
-import math
 import traceback
 from typing import Any
 
@@ -102,7 +101,7 @@ def result(results: dict[str, dict], key: str, what: str) -> dict[str, Any]:
     fields = dict(rank=0, exc_type=got["exc_type"], message=got["message"],
                   traceback=got["traceback"], output_tail="")
     if got["not_implemented"]:
-        raise NotImplementedInRank(f"not implemented yet: {first} ({what})", **fields)
+        raise NotImplementedInRank(f"not implemented yet: {first}", **fields)
     raise RankFailure(f"{what} raised {got['exc_type']}: {first}\n{got['traceback']}", **fields)
 
 
@@ -140,14 +139,10 @@ def valid(value: Any, mask: torch.Tensor, what: str) -> torch.Tensor:
     return value[mask]
 
 
-def grad_of(got: dict[str, Any], index: int, what: str) -> torch.Tensor:
-    """The gradient of the probe w.r.t. argument `index`; a missing one is zero."""
+def grad_of(got: dict[str, Any], index: int, what: str, like: torch.Tensor) -> torch.Tensor:
+    """The gradient of the probe w.r.t. argument `index` (zeros like `like` when it got none)."""
     grad = got["grads"].get(index)
     if isinstance(grad, str):
         raise AssertionError(f"{what}: the result carries no gradient ({grad}); compute it from "
                              f"the input tensors with differentiable torch operations")
-    return grad
-
-
-def ln(x: float) -> float:
-    return math.log(x)
+    return torch.zeros_like(like) if grad is None else grad

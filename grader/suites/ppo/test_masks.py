@@ -100,15 +100,15 @@ def test_masked_mean_without_mask_and_gradient(probes):
     x, mask = padded_batch()
     got = result(probes, "mean_nomask", "masked_mean")
     close(got["result"], x[:3].mean(), "masked_mean(x) without a mask", "equals x.mean()")
-    close(grad_of(got, 0, "masked_mean(x)"), torch.full((3, 6), 1 / 18, dtype=F64),
+    close(grad_of(got, 0, "masked_mean(x)", like=x[:3]), torch.full((3, 6), 1 / 18, dtype=F64),
           "gradient of masked_mean(x) w.r.t. x", "each element weighs 1/numel")
     close(result(probes, "mean_nomask_dim", "masked_mean")["result"], x[:3].mean(1),
           "masked_mean(x, None, dim=1)", "equals x.mean(1)")
     weights = torch.randn(4, generator=torch.Generator().manual_seed(12), dtype=F64)
     counts = mask.sum(1).clamp(min=1).to(F64)
     expected = torch.where(mask, (weights / counts)[:, None], 0.0)
-    close(grad_of(result(probes, "mean_grad", "masked_mean"), 0, "masked_mean"), expected,
-          "gradient of masked_mean(dim=1) w.r.t. x",
+    grad = grad_of(result(probes, "mean_grad", "masked_mean"), 0, "masked_mean", like=x)
+    close(grad, expected, "gradient of masked_mean(dim=1) w.r.t. x",
           "padded positions get zero gradient; valid ones 1/count of their row")
 
 

@@ -1,0 +1,173 @@
+"""compute_gae: the λ limits, termination, truncation and several environments."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from grader.suites.ppo._common import F64, close, probe, result, run_probes
+
+F32 = torch.float32
+GARBAGE_VALUE = 50.0  # next_values at terminated steps: must never be used
+
+
+def rollout(seed: int, steps: int, envs: int) -> dict[str, torch.Tensor]:
+    """Random float32 rewards, values and next values of shape [steps, envs], no episode end."""
+    gen = torch.Generator().manual_seed(seed)
+    return {
+        "rewards": torch.randn(steps, envs, generator=gen).to(F32),
+        "values": torch.randn(steps, envs, generator=gen).to(F32),
+        "terminated": torch.zeros(steps, envs, dtype=torch.bool),
+        "truncated": torch.zeros(steps, envs, dtype=torch.bool),
+        "next_values": torch.randn(steps, envs, generator=gen).to(F32),
+    }
+
+
+def with_ends(data: dict[str, torch.Tensor], terminated: list[tuple[int, int]] = (),
+              truncated: list[tuple[int, int]] = ()) -> dict[str, torch.Tensor]:
+    """Mark (step, env) pairs as terminated (garbage next value) or truncated."""
+    data = {k: v.clone() for k, v in data.items()}
+    for t, e in terminated:
+        data["terminated"][t, e] = True
+        data["next_values"][t, e] = GARBAGE_VALUE
+    for t, e in truncated:
+        data["truncated"][t, e] = True
+    return data
+
+
+def chained(data: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """next_values[t] = values[t+1] within the rollout, as a real critic would give them."""
+    data = {k: v.clone() for k, v in data.items()}
+    data["next_values"][:-1] = data["values"][1:]
+    return data
+
+
+def mixed(seed: int) -> dict[str, torch.Tensor]:
+    """16 steps of 5 envs with random terminations and truncations (never both at once)."""
+    data = rollout(seed, 16, 5)
+    gen = torch.Generator().manual_seed(seed + 1)
+    ends = torch.rand(16, 5, generator=gen)
+    data["terminated"] = ends < 0.15
+    data["truncated"] = (ends >= 0.15) & (ends < 0.25)
+    data["next_values"] = torch.where(data["terminated"], GARBAGE_VALUE, data["next_values"])
+    return data
+
+
+def reference(data: dict[str, torch.Tensor], gamma: float, lam: float
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """GAE one scalar at a time, in float64, straight from the definition (README §4)."""
+    r, v, nv = (data[k].to(F64) for k in ("rewards", "values", "next_values"))
+    term, trunc = data["terminated"].bool(), data["truncated"].bool()
+    steps, envs = r.shape
+    adv = torch.zeros(steps, envs, dtype=F64)
+    for e in range(envs):
+        running = 0.0
+        for t in reversed(range(steps)):
+            bootstrap = 0.0 if term[t, e] else float(nv[t, e])
+            delta = float(r[t, e]) + gamma * bootstrap - float(v[t, e])
+            ended = bool(term[t, e] or trunc[t, e])
+            running = delta if ended else delta + gamma * lam * running
+            adv[t, e] = running
+    return adv, adv + v
+
+
+def gae_probe(data: dict[str, torch.Tensor], gamma: float, lam: float) -> dict:
+    return probe("compute_gae", data["rewards"], data["values"], data["terminated"],
+                 data["truncated"], data["next_values"], gamma=gamma, lam=lam)
+
+
+CASES = {
+    "lambda0": (rollout(21, 6, 3), 0.9, 0.0),
+    "lambda1": (with_ends(chained(rollout(22, 7, 2)), terminated=[(6, 0), (6, 1)]), 0.9, 1.0),
+    "mid_termination": (with_ends(rollout(23, 8, 3), terminated=[(3, 0), (5, 1), (0, 2)]),
+                        0.95, 0.9),
+    "last_termination": (with_ends(rollout(24, 5, 2), terminated=[(4, 0)]), 0.99, 0.95),
+    "truncation": (with_ends(rollout(25, 8, 3), truncated=[(2, 0), (7, 1)],
+                             terminated=[(4, 2)]), 0.95, 0.9),
+    "mixed": (mixed(26), 0.97, 0.9),
+}
+
+
+def build() -> dict[str, dict]:
+    probes = {key: gae_probe(data, gamma, lam) for key, (data, gamma, lam) in CASES.items()}
+    data, gamma, lam = CASES["mixed"]
+    as_floats = {**data, "terminated": data["terminated"].to(F32),
+                 "truncated": data["truncated"].to(F32)}
+    probes["mixed_float_flags"] = gae_probe(as_floats, gamma, lam)
+    return probes
+
+
+@pytest.fixture(scope="module")
+def probes(launch):
+    return run_probes(launch, build())
+
+
+def pair(probes: dict, key: str) -> tuple:
+    """(advantages, returns) of a probe, or an AssertionError saying what came back."""
+    got = result(probes, key, "compute_gae")["result"]
+    if not isinstance(got, (list, tuple)) or len(got) != 2:
+        raise AssertionError(f"compute_gae returned {type(got).__name__}; expected the tuple "
+                             f"(advantages, returns)")
+    return got[0], got[1]
+
+
+def check(probes: dict, key: str, situation: str, hint: str, returns: bool = False) -> None:
+    data, gamma, lam = CASES[key.removesuffix("_float_flags")]
+    got = pair(probes, key)
+    advantages, expected_returns = reference(data, gamma, lam)
+    close(got[0], advantages, f"compute_gae advantages {situation}", hint, scale=10.0)
+    if returns:
+        close(got[1], expected_returns, f"compute_gae returns {situation}",
+              "returns = advantages + values", scale=10.0)
+
+
+@pytest.mark.points(3)
+def test_lambda_zero_is_the_td_error(probes):
+    data, gamma, _ = CASES["lambda0"]
+    td = data["rewards"].to(F64) + gamma * data["next_values"].to(F64) - data["values"].to(F64)
+    advantages, _ = pair(probes, "lambda0")
+    close(advantages, td, "compute_gae advantages with lam=0",
+          "with lam=0, A_t is the one-step TD error r_t + gamma*V(s_t+1) - V(s_t) (README §4)")
+
+
+@pytest.mark.points(3)
+def test_lambda_one_is_the_discounted_return(probes):
+    data, gamma, _ = CASES["lambda1"]
+    r = data["rewards"].to(F64)
+    discounted = torch.zeros_like(r)
+    running = torch.zeros(r.shape[1], dtype=F64)
+    for t in reversed(range(r.shape[0])):
+        running = r[t] + gamma * running
+        discounted[t] = running
+    got = pair(probes, "lambda1")
+    hint = "with lam=1 and an episode that terminates, A_t + V(s_t) is the discounted return"
+    close(got[1], discounted, "compute_gae returns with lam=1 (Monte Carlo)", hint, scale=10.0)
+    close(got[0], discounted - data["values"].to(F64), "compute_gae advantages with lam=1",
+          hint, scale=10.0)
+
+
+@pytest.mark.points(4)
+def test_termination_in_the_middle(probes):
+    check(probes, "mid_termination", "with terminations in the middle of the rollout",
+          "a terminated step bootstraps 0 (ignore next_values there) and cuts the recursion "
+          "with its own flag, terminated[t], not terminated[t+1] (README §4)", returns=True)
+
+
+@pytest.mark.points(2)
+def test_termination_at_the_last_step(probes):
+    check(probes, "last_termination", "with a termination at the last step",
+          "a terminated last step bootstraps 0, not next_values (README §4)")
+
+
+@pytest.mark.points(4)
+def test_truncation_bootstraps(probes):
+    check(probes, "truncation", "with time-limit truncations",
+          "a truncated step bootstraps gamma * next_values[t] (the final observation's value) "
+          "but still cuts the recursion; only termination bootstraps 0 (README §4)", returns=True)
+
+
+@pytest.mark.points(2)
+def test_several_envs_and_flag_dtypes(probes):
+    hint = "each env (column) has its own recursion; flags may be bool or 0/1 floats"
+    check(probes, "mixed", "over 5 envs with random episode ends", hint, returns=True)
+    check(probes, "mixed_float_flags", "with 0/1 float flags", hint, returns=True)
