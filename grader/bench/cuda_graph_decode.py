@@ -123,8 +123,9 @@ def main(argv: list[str]) -> int:
     print(f"graphs: {report['kind']} on {report['device']}")
     _print_table(report, batches)
     if report["kind"] == "emulated":
-        print("The emulator replays the same aten ops on the CPU: it saves no launches, so "
-              "these ratios say nothing about CUDA graphs. Run on a GPU for that.")
+        print("The emulator replays the same aten ops on the CPU, skipping only the Python "
+              "around them:\nthese ratios show the decoder runs, not what CUDA graphs gain "
+              "(run on a GPU for that).")
     else:
         ratio = report["results"][str(batches[0])]["eager"] / \
             report["results"][str(batches[0])]["graphed"]

@@ -125,7 +125,8 @@ class GraphedDecoder:
         bucket = pick_bucket(batch, self.buckets)
         device = self.model.device
         if bucket is None:  # larger than every graph: run eagerly
-            return self.model.decode(tokens.to(device), positions.to(device), rows.to(device))
+            return self.model.decode(*(t.to(device=device, dtype=torch.long)
+                                       for t in (tokens, positions, rows)))
         # copy_, never rebind: the graph reads the buffers it saw at capture time.
         self._tokens[:batch].copy_(tokens)
         self._positions[:batch].copy_(positions)
