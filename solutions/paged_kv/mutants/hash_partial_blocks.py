@@ -7,5 +7,6 @@ mutate(globals(), "paged_kv", "allocator", replace=[
      "                break  # a partial block is never hashed: its content is still growing\n",
      ""),
     ("for i in range((len(tokens) - 1) // bs):", "for i in range(len(hashes)):"),
-    ("return list(table), len(hits) * bs", "return list(table), sum(len(blocks[i]) for i in range(len(hits)))"),
+    ("return list(table), len(hits) * bs",
+     "return list(table), sum(len(blocks[i]) for i in range(len(hits)))"),
 ])

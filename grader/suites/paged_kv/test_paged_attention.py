@@ -1,0 +1,147 @@
+"""paged_attention against dense attention computed in the parent, and a vectorisation check.
+
+Caches are filled with random values everywhere, so slots past a sequence's length and
+blocks named by no table hold garbage that must not leak into the result. Block tables use
+shuffled block ids and are padded with -1 (sometimes by more than one column).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from grader.compare import assert_close
+
+
+def rank_attention(ctx, cases):
+    cache = ctx.impl_module("paged_kv", "cache")
+    return {name: cache.paged_attention(c["q"], c["k_cache"], c["v_cache"], c["tables"],
+                                        c["lens"], c.get("scale"))
+            for name, c in cases.items()}
+
+
+def rank_count_ops(ctx, cases):
+    """aten operators per call, for a short and a long context (block_size 1)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    cache = ctx.impl_module("paged_kv", "cache")
+
+    class Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.calls = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.calls += 1
+            return func(*args, **(kwargs or {}))
+
+    counts = {}
+    for name, c in cases.items():
+        cache.paged_attention(c["q"], c["k_cache"], c["v_cache"], c["tables"], c["lens"])
+        with Count() as counter:
+            cache.paged_attention(c["q"], c["k_cache"], c["v_cache"], c["tables"], c["lens"])
+        counts[name] = counter.calls
+    return counts
+
+
+def make_case(seed: int, lens: list[int], block_size: int, heads: int, kv_heads: int,
+              dim: int, dtype: torch.dtype, extra_pad: int = 1, scale: float | None = None,
+              num_blocks: int | None = None) -> dict:
+    gen = torch.Generator().manual_seed(seed)
+    needed = [-(-n // block_size) for n in lens]
+    width = max(needed) + extra_pad
+    num_blocks = num_blocks or sum(needed) + 3
+    ids = torch.randperm(num_blocks, generator=gen).tolist()
+    tables = torch.full((len(lens), width), -1, dtype=torch.long)
+    for b, count in enumerate(needed):
+        tables[b, :count] = torch.tensor(ids[:count])
+        ids = ids[count:]
+    shape = (num_blocks, block_size, kv_heads, dim)
+    case = {"q": torch.randn(len(lens), heads, dim, generator=gen, dtype=dtype),
+            "k_cache": torch.randn(shape, generator=gen, dtype=dtype) * 2,
+            "v_cache": torch.randn(shape, generator=gen, dtype=dtype),
+            "tables": tables, "lens": torch.tensor(lens, dtype=torch.long)}
+    if scale is not None:
+        case["scale"] = scale
+    return case
+
+
+def dense_attention(case: dict) -> torch.Tensor:
+    """Plain attention over each sequence's gathered keys and values (float64)."""
+    q, k_cache, v_cache = case["q"], case["k_cache"], case["v_cache"]
+    _, block_size, kv_heads, dim = k_cache.shape
+    group = q.shape[1] // kv_heads
+    scale = case.get("scale", dim ** -0.5)
+    out = []
+    for b, n in enumerate(case["lens"].tolist()):
+        slots = [int(case["tables"][b, p // block_size]) * block_size + p % block_size
+                 for p in range(n)]
+        keys = k_cache.reshape(-1, kv_heads, dim)[slots].double()
+        values = v_cache.reshape(-1, kv_heads, dim)[slots].double()
+        keys = keys.repeat_interleave(group, dim=1)      # [n, heads, dim]
+        values = values.repeat_interleave(group, dim=1)
+        scores = torch.einsum("hd,nhd->hn", q[b].double(), keys) * scale
+        out.append(torch.einsum("hn,nhd->hd", torch.softmax(scores, -1), values))
+    return torch.stack(out).to(q.dtype)
+
+
+CASES = {
+    "random": make_case(1, [1, 4, 8, 13, 30, 16], block_size=4, heads=4, kv_heads=4, dim=16,
+                        dtype=torch.float64, extra_pad=2),
+    "boundaries": make_case(2, [1, 16, 17, 33, 32], block_size=16, heads=2, kv_heads=2, dim=8,
+                            dtype=torch.float32, scale=0.3),
+    "block_size_one": make_case(3, [1, 2, 5, 9], block_size=1, heads=3, kv_heads=3, dim=4,
+                                dtype=torch.float64),
+    "gqa": make_case(4, [3, 11, 8, 1], block_size=4, heads=8, kv_heads=2, dim=8,
+                     dtype=torch.float64),
+}
+
+COUNT_CASES = {
+    "short": make_case(5, [3, 4], block_size=1, heads=2, kv_heads=2, dim=4, dtype=torch.float32,
+                       extra_pad=0, num_blocks=140),
+    "long": make_case(6, [60, 64], block_size=1, heads=2, kv_heads=2, dim=4, dtype=torch.float32,
+                      extra_pad=0, num_blocks=140),
+}
+
+
+@pytest.fixture(scope="module")
+def outputs(launch):
+    return launch(rank_attention, world_size=1, args=(CASES,), timeout=60).values[0]
+
+
+def _check(outputs, name: str, hint: str) -> None:
+    assert_close(outputs[name], dense_attention(CASES[name]),
+                 what=f"paged_attention output ({name} case)", hint=hint)
+
+
+@pytest.mark.points(4)
+def test_matches_dense_attention_random_lengths(outputs):
+    _check(outputs, "random", "mask every position >= context_lens[b], including the rest of "
+                              "the last block, and ignore -1 table entries")
+
+
+@pytest.mark.points(2)
+def test_lengths_one_and_exact_block_boundaries_with_a_scale(outputs):
+    _check(outputs, "boundaries", "positions 0 .. context_lens[b] - 1 are attended; use the "
+                                  "given scale")
+
+
+@pytest.mark.points(2)
+def test_block_size_one(outputs):
+    _check(outputs, "block_size_one", "slot = table[p // block_size] * block_size + "
+                                      "p % block_size")
+
+
+@pytest.mark.points(2)
+def test_grouped_query_attention(outputs):
+    _check(outputs, "gqa", "query head h reads KV head h // (num_heads // kv_heads)")
+
+
+@pytest.mark.points(2)
+def test_no_python_loop_over_tokens(launch):
+    counts = launch(rank_count_ops, world_size=1, args=(COUNT_CASES,), timeout=60).values[0]
+    short, long = counts["short"], counts["long"]
+    assert long <= 2 * short + 8, (
+        f"paged_attention ran {long} torch operators for a 64-token context but {short} for a "
+        f"4-token one (block_size 1): the work grows with the context, so it loops in Python "
+        f"over tokens or blocks; gather all blocks with one indexing operation instead")
