@@ -300,7 +300,7 @@ def plot(results: list[TrainResult], path: str, config: Config) -> None:
         ax_kl.plot(steps, [u["clipfrac"] for u in res.updates], "--", color=line.get_color())
         ax_ent.plot(steps, [u["entropy"] for u in res.updates], color=line.get_color())
     ax_ret.axhline(config.target_return, color="gray", linestyle=":", label="target")
-    ax_ret.set_ylabel(f"return (mean of last {config.window})")
+    ax_ret.set_ylabel(f"episode return (dots), mean of last {config.window}")
     ax_ret.legend(loc="upper left")
     ax_kl.set_ylabel("approx_kl (—), clipfrac (--)")
     ax_ent.set_ylabel("policy entropy (nats)")
@@ -308,6 +308,20 @@ def plot(results: list[TrainResult], path: str, config: Config) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    """"lam=0.9" -> ("lam", 0.9), converted to the type of the Config field's default."""
+    key, sep, text = item.partition("=")
+    defaults = asdict(Config())
+    if not sep or key not in defaults:
+        raise SystemExit(f"--set {item!r}: expected KEY=VALUE with KEY one of {sorted(defaults)}")
+    default = defaults[key]
+    if text.lower() == "none":
+        return key, None
+    if isinstance(default, bool):
+        return key, text.lower() in ("1", "true", "yes")
+    return key, type(default)(text) if default is not None else float(text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -319,10 +333,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-stop", action="store_true",
                         help="keep training after reaching the target")
     parser.add_argument("--plot", default="ppo_cartpole.png", help="learning-curve image")
+    parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
+                        help="override Config fields, e.g. --set lam=0 ent_coef=0.0")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # a 64-unit MLP is fastest on one thread
     ppo = importlib.import_module(args.module)
-    config = Config(total_steps=args.steps, stop_at_target=not args.no_stop)
+    overrides = dict(parse_override(item) for item in args.set)
+    config = Config(**{"total_steps": args.steps, "stop_at_target": not args.no_stop,
+                       **overrides})
     results = []
     for seed in args.seed:
         print(f"-- seed {seed}: PPO on CartPole-v1 with {args.module}")
