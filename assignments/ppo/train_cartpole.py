@@ -221,7 +221,7 @@ def update(ppo: ModuleType, model: ActorCritic, optimizer: torch.optim.Optimizer
                 raise FloatingPointError(
                     f"the PPO loss is {float(loss)} (pg_loss {float(pg_loss)}, v_loss "
                     f"{float(v_loss)}, entropy {float(entropy)}); check masked_whiten's eps and "
-                    f"the functions that produced the nan (README §13)")
+                    f"the functions that produced the nan (README §14)")
             optimizer.zero_grad()
             loss.backward()
             nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)

@@ -55,7 +55,7 @@ def check(run: dict[str, Any], label: str) -> None:
     raise AssertionError(
         f"seed {label}: CartPole-v1 not solved in {TOTAL_STEPS:,} steps: the mean return of "
         f"{WINDOW} episodes peaked at {run['best_mean']:.1f} (needs {TARGET:g}); last update: "
-        f"{stats}. Run `python -m assignments.ppo.train_cartpole` and read README §9 and §13")
+        f"{stats}. Run `python -m assignments.ppo.train_cartpole` and read README §9 and §14")
 
 
 @pytest.mark.points(5)
