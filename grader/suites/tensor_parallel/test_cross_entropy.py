@@ -73,7 +73,7 @@ def rank_cross_entropy(ctx, cases) -> dict:
         ctx.mark(f"{name} end")
         return {"loss": loss.detach(), "grad": logits.grad, "logits_after": logits.detach()}
 
-    return run_parts([(name, lambda n=name: run(n, cases[n])) for name in cases])
+    return run_parts(ctx, [(name, lambda n=name: run(n, cases[n])) for name in cases])
 
 
 @pytest.fixture(scope="module")

@@ -108,7 +108,7 @@ def rank_errors(ctx, biasless_state, biasless_x, biasless_grad) -> dict:
     parts = [("constructors", constructors), ("biasless row", biasless_row),
              ("bad target", bad_target)]
     parts += [(name, lambda c=call: _outcome(c)) for name, call in bad_calls.items()]
-    return run_parts(parts)
+    return run_parts(ctx, parts)
 
 
 @pytest.fixture(scope="module")

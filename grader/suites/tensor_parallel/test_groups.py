@@ -105,7 +105,7 @@ def rank_groups(ctx, data) -> dict:
         (loss * data["weight"]).sum().backward()
         return {"loss": loss.detach(), "grad": logits.grad}
 
-    return run_parts([("column", column), ("row", row), ("mlp", mlp),
+    return run_parts(ctx, [("column", column), ("row", row), ("mlp", mlp),
                       ("cross_entropy", cross_entropy)])
 
 

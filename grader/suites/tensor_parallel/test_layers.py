@@ -62,36 +62,40 @@ def rank_layers(ctx, column_cases, row_cases, inputs) -> dict:
     tp = ctx.impl_module("tensor_parallel", "layers")
     r, p = ctx.rank, ctx.world_size
 
-    def run_layer(layer, x, grad_y):
-        held = storage_bytes(layer)
+    layers = {}  # name -> the sharded layer its "built" part made
+
+    def build(name, layer):
+        layers[name] = layer
         params = {"weight": layer.weight.detach().clone(),
                   "bias": None if layer.bias is None else layer.bias.detach().clone()}
+        return {"params": params, "bytes": storage_bytes(layer)}
+
+    def run(name, x, grad_y):
+        if name not in layers:
+            raise RuntimeError("from_dense failed, see the test of the parameters")
+        layer = layers[name]
         x = leaf(x)
         y = layer(x)
         y.backward(grad_y)
-        return {"y": y.detach(), "x_grad": x.grad, "params": params, "bytes": held,
+        return {"y": y.detach(), "x_grad": x.grad,
                 "weight_grad": param_grad(layer.weight), "bias_grad": param_grad(layer.bias)}
-
-    def column(case, data):
-        layer = tp.ColumnParallelLinear.from_dense(build_linear(data["state"]),
-                                                   gather_output=case["gather_output"])
-        grad_y = data["grad_y"] if case["gather_output"] else shard(data["grad_y"], r, p)
-        return run_layer(layer, data["x"], grad_y)
-
-    def row(case, data):
-        layer = tp.RowParallelLinear.from_dense(build_linear(data["state"]),
-                                                input_is_parallel=case["input_is_parallel"])
-        x = shard(data["x"], r, p) if case["input_is_parallel"] else data["x"]
-        return run_layer(layer, x, data["grad_y"])
 
     parts = []
     for case in column_cases:
-        name = _name("column", case)
-        parts.append((name, lambda c=case, n=name: column(c, inputs[n])))
+        name, data = _name("column", case), inputs[_name("column", case)]
+        grad_y = data["grad_y"] if case["gather_output"] else shard(data["grad_y"], r, p)
+        parts.append((f"{name} built", lambda n=name, c=case, d=data: build(
+            n, tp.ColumnParallelLinear.from_dense(build_linear(d["state"]),
+                                                  gather_output=c["gather_output"]))))
+        parts.append((name, lambda n=name, d=data, g=grad_y: run(n, d["x"], g)))
     for case in row_cases:
-        name = _name("row", case)
-        parts.append((name, lambda c=case, n=name: row(c, inputs[n])))
-    return run_parts(parts)
+        name, data = _name("row", case), inputs[_name("row", case)]
+        x = shard(data["x"], r, p) if case["input_is_parallel"] else data["x"]
+        parts.append((f"{name} built", lambda n=name, c=case, d=data: build(
+            n, tp.RowParallelLinear.from_dense(build_linear(d["state"]),
+                                               input_is_parallel=c["input_is_parallel"]))))
+        parts.append((name, lambda n=name, d=data, x=x: run(n, x, d["grad_y"])))
+    return run_parts(ctx, parts)
 
 
 @pytest.fixture(scope="module")
@@ -100,13 +104,14 @@ def runs(launch):
                       timeout=TIMEOUT_S).values for p in WORLDS}
 
 
-def _each(runs, kind, select):
-    """(rank, world, case name, rank value, dense inputs+results) of the selected cases."""
+def _each(runs, kind, select, stage=""):
+    """(rank, world, case name, rank value, dense inputs+results) of the selected cases;
+    stage "built" reads the parameters right after from_dense, "" the forward/backward run."""
     cases = COLUMN_CASES if kind == "column" else ROW_CASES
     for case in filter(select, cases):
         name = _name(kind, case)
         for p, values in runs.items():
-            for r, value in enumerate(part(values, name)):
+            for r, value in enumerate(part(values, f"{name} {stage}".strip())):
                 yield r, p, name, value, INPUTS[name]
 
 
@@ -122,7 +127,7 @@ def _plain_row(case):
 
 @pytest.mark.points(2)
 def test_column_parameters_are_row_slices(runs):
-    for r, p, name, value, data in _each(runs, "column", lambda c: True):
+    for r, p, name, value, data in _each(runs, "column", lambda c: True, "built"):
         state = data["state"]
         check(value["params"]["weight"], shard(state["weight"], r, p, dim=0),
               f"{where(r, p)} {name}.from_dense: weight",
@@ -166,7 +171,7 @@ def test_column_gather_output(runs):
 
 @pytest.mark.points(2)
 def test_row_parameters_are_column_slices(runs):
-    for r, p, name, value, data in _each(runs, "row", lambda c: True):
+    for r, p, name, value, data in _each(runs, "row", lambda c: True, "built"):
         state = data["state"]
         check(value["params"]["weight"], shard(state["weight"], r, p, dim=1),
               f"{where(r, p)} {name}.from_dense: weight",
@@ -209,7 +214,7 @@ def test_row_input_not_parallel(runs):
 @pytest.mark.points(2)
 def test_sharded_layers_hold_one_slice_of_the_weights(runs):
     for kind in ("column", "row"):
-        for r, p, name, value, data in _each(runs, kind, lambda c: True):
+        for r, p, name, value, data in _each(runs, kind, lambda c: True, "built"):
             weight, bias = data["state"]["weight"], data["state"]["bias"]
             size = weight.element_size()
             expected = weight.numel() // p * size

@@ -64,7 +64,7 @@ def rank_mlp(ctx, cases) -> dict:
                  for layer in ("up", "down")}
         return {"y": y.detach(), "x_grad": x.grad, "bytes": held, **grads}
 
-    return run_parts([(name, lambda n=name: run(n, cases[n])) for name in cases])
+    return run_parts(ctx, [(name, lambda n=name: run(n, cases[n])) for name in cases])
 
 
 @pytest.fixture(scope="module")

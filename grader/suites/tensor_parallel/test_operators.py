@@ -40,7 +40,7 @@ def rank_operators(ctx) -> dict:
         ctx.mark(f"{name} end")
         return {"y": y.detach(), "x_grad": x.grad, "x_after": x.detach()}
 
-    return run_parts([
+    return run_parts(ctx, [
         # f: each rank passes its own values, so an identity forward is visible as such.
         ("f", lambda: run("f", tp.copy_to_parallel_region, leaf(base + 100 * r),
                           torch.full(SHAPE, r + 1.0, dtype=DTYPE))),
