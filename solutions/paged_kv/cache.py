@@ -43,21 +43,26 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
         scale = 1.0 / math.sqrt(head_dim)
     tables = block_tables.to(device=q.device, dtype=torch.long)
     lens = context_lens.to(device=q.device, dtype=torch.long)
-    max_blocks = tables.shape[1]
+    max_tokens = tables.shape[1] * block_size
 
-    # Gather every sequence's blocks into a dense [batch, max_blocks * block_size, ...] view;
-    # padding entries (-1) read block 0 and are masked out below with the positions past
-    # each sequence's length.
+    # Gather every sequence's blocks into a dense [batch, max_blocks * block_size, ...] view
+    # with one indexing operation; padding entries (-1) read block 0 and, like the positions
+    # past each sequence's length, are masked out below.
     safe = tables.clamp(min=0)
-    keys = k_cache[safe].reshape(batch, max_blocks * block_size, kv_heads, head_dim)
-    values = v_cache[safe].reshape(batch, max_blocks * block_size, kv_heads, head_dim)
-    group = num_heads // kv_heads  # grouped-query attention: query head h reads KV head h // group
-    keys = keys.repeat_interleave(group, dim=2).to(torch.float32 if q.dtype in (
-        torch.float16, torch.bfloat16) else q.dtype)
-    values = values.repeat_interleave(group, dim=2).to(keys.dtype)
+    keys = k_cache[safe].view(batch, max_tokens, kv_heads, head_dim)
+    values = v_cache[safe].view(batch, max_tokens, kv_heads, head_dim)
+    # Grouped-query attention without copying K/V per query head: query head h = k * group + j
+    # reads KV head k, so view the queries as [batch, kv_heads, group, head_dim].
+    group = num_heads // kv_heads
+    queries = q.view(batch, kv_heads, group, head_dim)
 
-    scores = torch.einsum("bhd,bthd->bht", q.to(keys.dtype), keys) * scale
-    positions = torch.arange(max_blocks * block_size, device=q.device)
-    scores = scores.masked_fill((positions[None, :] >= lens[:, None])[:, None, :], float("-inf"))
-    probs = torch.softmax(scores, dim=-1)
-    return torch.einsum("bht,bthd->bhd", probs, values).to(q.dtype)
+    scores = torch.einsum("bkgd,btkd->bkgt", queries, keys)
+    if scores.dtype in (torch.float16, torch.bfloat16):
+        scores = scores.float()  # softmax of half-precision scores in float32
+    scores = scores * scale
+    positions = torch.arange(max_tokens, device=q.device)
+    past_end = positions[None, :] >= lens[:, None]                # [batch, max_tokens]
+    scores = scores.masked_fill(past_end[:, None, None, :], float("-inf"))
+    probs = torch.softmax(scores, dim=-1).to(values.dtype)
+    out = torch.einsum("bkgt,btkd->bkgd", probs, values)
+    return out.reshape(batch, num_heads, head_dim).to(q.dtype)

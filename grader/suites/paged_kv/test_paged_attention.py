@@ -21,17 +21,17 @@ def rank_attention(ctx, cases):
 
 
 def rank_count_ops(ctx, cases):
-    """aten operators per call, for a short and a long context (block_size 1)."""
-    from torch.utils._python_dispatch import TorchDispatchMode
+    """torch function calls per call, for a short and a long context (block_size 1)."""
+    from torch.overrides import TorchFunctionMode
 
     cache = ctx.impl_module("paged_kv", "cache")
 
-    class Count(TorchDispatchMode):
+    class Count(TorchFunctionMode):
         def __init__(self):
             super().__init__()
             self.calls = 0
 
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
             self.calls += 1
             return func(*args, **(kwargs or {}))
 
@@ -142,6 +142,6 @@ def test_no_python_loop_over_tokens(launch):
     counts = launch(rank_count_ops, world_size=1, args=(COUNT_CASES,), timeout=60).values[0]
     short, long = counts["short"], counts["long"]
     assert long <= 2 * short + 8, (
-        f"paged_attention ran {long} torch operators for a 64-token context but {short} for a "
+        f"paged_attention made {long} torch calls for a 64-token context but {short} for a "
         f"4-token one (block_size 1): the work grows with the context, so it loops in Python "
         f"over tokens or blocks; gather all blocks with one indexing operation instead")

@@ -3,6 +3,6 @@ from harness.mutation import mutate
 
 MUTATES = "cache"
 mutate(globals(), "paged_kv", "cache", replace=[
-    ("(positions[None, :] >= lens[:, None])[:, None, :]",
-     "(tables < 0).repeat_interleave(block_size, dim=1)[:, None, :]"),
+    ("past_end = positions[None, :] >= lens[:, None]",
+     "past_end = (tables < 0).repeat_interleave(block_size, dim=1)"),
 ])

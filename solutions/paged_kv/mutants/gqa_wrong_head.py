@@ -3,6 +3,6 @@ from harness.mutation import mutate
 
 MUTATES = "cache"
 mutate(globals(), "paged_kv", "cache", replace=[
-    ("keys = keys.repeat_interleave(group, dim=2)", "keys = keys.repeat(1, 1, group, 1)"),
-    ("values = values.repeat_interleave(group, dim=2)", "values = values.repeat(1, 1, group, 1)"),
+    ("queries = q.view(batch, kv_heads, group, head_dim)",
+     "queries = q.view(batch, group, kv_heads, head_dim).transpose(1, 2)"),
 ])
