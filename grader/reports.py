@@ -178,7 +178,9 @@ def _fit(head: str, blocks: list[tuple[str, list[str]]], limit: int) -> str:
     return "".join(parts)
 
 
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~-])")
+# Inside a table cell only inline markup matters: emphasis, code, links, the cell separator.
+# (`#`, `-`, `+` mean something only at the start of a line, which a cell never is.)
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 
 
 def md_escape(text: str) -> str:
