@@ -176,6 +176,12 @@ class Model:
                         f"append_slot for position {n} returned a slot at offset {slot % bs} "
                         f"of its block, expected offset {n % bs} (= position % block_size)")
             copies = []
+            if observed is not None and table and observed[0] == table[-1] and (
+                    n % bs == 0 or self.ref[table[-1]] > 1):
+                raise TraceMismatch(
+                    "append_slot wrote into a shared, partly filled last block; give the "
+                    "sequence a fresh copy first (copy-on-write)" if n % bs else
+                    "append_slot wrote into a full last block; take a new block")
             if n % bs == 0:
                 table.append(self._take(1, observed, "append_slot (new block)")[0])
             elif self.ref[table[-1]] > 1:

@@ -17,8 +17,6 @@ returned. NotImplementedError always propagates, so a stub fails as "not impleme
 
 from __future__ import annotations
 
-ERROR_NAMES = ("OutOfBlocks", "KeyError", "ValueError")
-
 
 def plain(value):
     """Plain data for the trip back: ints stay ints; anything odd becomes its repr."""
@@ -71,13 +69,10 @@ def snapshot(alloc, live: list, touched) -> dict:
     return rec
 
 
-def run_sequence(mod, config: dict, ops: list, make=None) -> list[dict]:
-    """Run one op sequence on a fresh allocator; `make(mod, config)` overrides construction."""
-    if make is not None:
-        alloc = make(mod, config)
-    else:
-        cls = mod.PrefixCachingAllocator if config.get("prefix") else mod.BlockAllocator
-        alloc = cls(config["num_blocks"], config["block_size"])
+def run_sequence(mod, config: dict, ops: list) -> list[dict]:
+    """Run one op sequence on a fresh allocator of the config's class and sizes."""
+    cls = mod.PrefixCachingAllocator if config.get("prefix") else mod.BlockAllocator
+    alloc = cls(config["num_blocks"], config["block_size"])
     live: list = []
     trace = []
     for op in ops:

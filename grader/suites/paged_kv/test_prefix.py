@@ -46,12 +46,12 @@ PARTIAL_OPS = [
     ("prompt", 0, c4(0) + [7]), ("free", 0),
     ("prompt", 1, c4(0) + [7]),           # 4 cached: the partial block is never reused
     ("prompt", 2, c4(0) + [7]),
+    ("prompt", 7, []), ("prompt", 1, [1, 2]),  # ValueError: empty, existing id
     ("append", 1), ("append", 2),         # the partial blocks are private: no copy
     ("prompt", 3, c4(1, 2)), ("free", 3),
     ("prompt", 4, c4(1, 2)),              # all cached, but the last block is recomputed
     ("prompt", 5, c4(1, 2) + [5]),        # now both full blocks may hit
-    ("prompt", 6, [3]),                   # a one-token prompt
-    ("prompt", 7, []), ("prompt", 6, [1, 2]),  # ValueError: empty, existing id
+    ("prompt", 6, [3]),                   # a one-token prompt: fills the pool
     ("free", 1), ("free", 2), ("free", 4), ("free", 5), ("free", 6),
 ]
 
