@@ -143,7 +143,8 @@ def run(launch):
     data = {"column": state(COLUMN), "row": state(ROW), "up": state(UP), "down": state(DOWN),
             "x": X, "x_wide": X_WIDE, "grad_narrow": GRAD_NARROW, "grad_wide": GRAD_WIDE,
             "logits": LOGITS, "target": TARGET, "loss_weight": LOSS_WEIGHT}
-    return launch(rank_public, world_size=WORLD, args=(data,), timeout=90)
+    # CPU tensors throughout, so gloo even where a GPU would let "auto" pick NCCL.
+    return launch(rank_public, world_size=WORLD, args=(data,), backend="gloo", timeout=90)
 
 
 def values(run, name: str) -> list[dict]:

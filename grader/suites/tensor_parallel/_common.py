@@ -31,6 +31,9 @@ from grader.compare import assert_close
 from harness import CommRecord
 
 DTYPE = torch.float64
+# Inputs and layers live on the CPU: values and call counts do not depend on the backend, and
+# gloo runs everywhere (a GPU grader would otherwise pick NCCL, which needs CUDA tensors).
+BACKEND = "gloo"
 TIMEOUT_S = 90.0
 SYNC_S = 20.0
 ALL_REDUCE_OPS = frozenset({"all_reduce", "ProcessGroup.allreduce"})

@@ -14,6 +14,7 @@ import torch
 
 from grader.suites.tensor_parallel._common import (
     ALL_REDUCE_OPS,
+    BACKEND,
     TIMEOUT_S,
     check,
     dense_cross_entropy,
@@ -78,8 +79,8 @@ def rank_cross_entropy(ctx, cases) -> dict:
 
 @pytest.fixture(scope="module")
 def runs(launch):
-    return {p: launch(rank_cross_entropy, world_size=p, args=(CASES,), timeout=TIMEOUT_S)
-            for p in WORLDS}
+    return {p: launch(rank_cross_entropy, world_size=p, args=(CASES,), backend=BACKEND,
+                      timeout=TIMEOUT_S) for p in WORLDS}
 
 
 def _each(runs, name):

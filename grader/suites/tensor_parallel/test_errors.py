@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from grader.suites.tensor_parallel._common import (
+    BACKEND,
     TIMEOUT_S,
     build_linear,
     check,
@@ -115,7 +116,7 @@ def rank_errors(ctx, biasless_state, biasless_x, biasless_grad) -> dict:
 def run(launch):
     return launch(rank_errors, world_size=WORLD,
                   args=(linear_state(BIASLESS), BIASLESS_X, BIASLESS_GRAD),
-                  timeout=TIMEOUT_S).values
+                  backend=BACKEND, timeout=TIMEOUT_S).values
 
 
 EXPECTED_SHAPES = {

@@ -12,6 +12,7 @@ import torch
 
 from grader.suites.tensor_parallel._common import (
     ALL_REDUCE_OPS,
+    BACKEND,
     TIMEOUT_S,
     build_linear,
     check,
@@ -112,7 +113,7 @@ def rank_groups(ctx, data) -> dict:
 @pytest.fixture(scope="module")
 def run(launch):
     return launch(rank_groups, world_size=WORLD, rank_args=[(DATA[g // TP],) for g in range(WORLD)],
-                  timeout=TIMEOUT_S)
+                  backend=BACKEND, timeout=TIMEOUT_S)
 
 
 def _where(rank: int) -> str:

@@ -12,6 +12,7 @@ import pytest
 
 from grader.suites.tensor_parallel._common import (
     ALL_REDUCE_OPS,
+    BACKEND,
     TIMEOUT_S,
     build_linear,
     check,
@@ -69,7 +70,7 @@ def rank_mlp(ctx, cases) -> dict:
 
 @pytest.fixture(scope="module")
 def runs(launch):
-    return {p: launch(rank_mlp, world_size=p, args=(CASES,), timeout=TIMEOUT_S)
+    return {p: launch(rank_mlp, world_size=p, args=(CASES,), backend=BACKEND, timeout=TIMEOUT_S)
             for p in WORLDS}
 
 

@@ -12,6 +12,7 @@ import torch
 
 from grader.suites.tensor_parallel._common import (
     ALL_REDUCE_OPS,
+    BACKEND,
     DTYPE,
     TIMEOUT_S,
     check,
@@ -57,7 +58,8 @@ def rank_operators(ctx) -> dict:
 
 @pytest.fixture(scope="module")
 def runs(launch):
-    return {p: launch(rank_operators, world_size=p, timeout=TIMEOUT_S) for p in WORLDS}
+    return {p: launch(rank_operators, world_size=p, backend=BACKEND, timeout=TIMEOUT_S)
+            for p in WORLDS}
 
 
 def _each(runs, name):
