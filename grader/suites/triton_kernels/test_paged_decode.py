@@ -13,7 +13,8 @@ import torch
 
 from grader.suites.triton_kernels._common import Case, check, paged_inputs, paged_ref, run
 
-LENGTH_HINT = "mask the tokens of the last block past context_lens[b]"
+LENGTH_HINT = ("mask the slots of the last block past context_lens[b], and read token t of "
+               "sequence b from block block_tables[b, t // block_size]")
 TABLE_HINT = "token t of sequence b lives in block block_tables[b, t // block_size]"
 
 
