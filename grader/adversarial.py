@@ -12,6 +12,7 @@ that must never run did not), and no process outlived the grading.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -169,8 +170,7 @@ def _judge(case: Case, result: CaseResult, proc: subprocess.CompletedProcess,
         return
     data = json.loads(results_path.read_text())
     summary = (out / "summary.md").read_text() if (out / "summary.md").exists() else ""
-    result.sandbox = str(data.get("sandbox", {}).get("summary", "")) \
-        if isinstance(data.get("sandbox"), dict) else ""
+    result.sandbox = str(data.get("extra_data", {}).get("sandbox", {}).get("summary", ""))
     tests = data.get("tests", [])
     if not tests:
         result.problems.append(f"no test matched --select {case.select!r}")
@@ -215,11 +215,28 @@ def table(results: list[CaseResult]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str]) -> int:
-    names = [a for a in argv if not a.startswith("-")]
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add `python -m grader adversarial [NAME ...] [--sandbox on|strict]`."""
+    parser = sub.add_parser("adversarial", help="grade the adversarial corpus and judge it")
+    parser.add_argument("names", nargs="*", metavar="NAME",
+                        help="cases to run, by folder name or the part after NN_ (default: all)")
+    parser.add_argument("--sandbox", choices=("on", "strict"), default="on",
+                        help="sandbox mode the cases are graded with (default: on)")
+    parser.set_defaults(handler=lambda args, course: run_all(args.names, args.sandbox))
+
+
+def run_all(names: list[str] | None = None, sandbox: str = "on") -> int:
+    """Run the cases, print one progress line each and the table; 0 when every case is ok."""
+    chosen = cases(names)
+    if not chosen:
+        print(f"error: no adversarial case matches {names}", file=sys.stderr)
+        return 2
     results = []
-    for case in cases(names):
-        print(f"… {case.name}: {case.attack[:80]}", flush=True)
-        results.append(run_case(case))
+    for i, case in enumerate(chosen, start=1):
+        print(f"[{i}/{len(chosen)}] {case.name}: {case.attack[:80]}", flush=True)
+        results.append(run_case(case, sandbox=sandbox))
+        r = results[-1]
+        verdict = r.skipped and f"skipped ({r.skipped})" or ("ok" if r.ok else "WRONG")
+        print(f"        {r.score}/{r.max_score} in {r.seconds:.1f} s: {verdict}", flush=True)
     print(table(results))
     return 0 if all(r.ok for r in results) else 1

@@ -8,6 +8,7 @@ a job done —; 1 when selfcheck finds a breach or grading hit a grader or colle
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,6 +18,12 @@ from grader.reports import format_table, terminal_report, write_reports
 from grader.runner import run_session, suite_paths
 
 _BUILTIN_IMPLS = ("assignments", "solutions")
+# Subcommands that live in modules of their own. Each module defines
+# `register(sub: argparse._SubParsersAction) -> None`, which adds its parser and sets
+# `handler=fn(args, course) -> int`. Instructor-only modules are left out of a student release,
+# so their absence is not an error.
+_SUBCOMMAND_MODULES: tuple[str, ...] = ()
+_INSTRUCTOR_ONLY_MODULES: tuple[str, ...] = ("grader.adversarial",)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -68,6 +75,12 @@ def _parser() -> argparse.ArgumentParser:
                        help="pytest-xdist workers (0: run in one process; default: 2)")
     grade.add_argument("--timeout", type=float, default=1800.0,
                        help="seconds before the whole session is killed (default: 1800)")
+    grade.add_argument("--sandbox", choices=("off", "on", "strict"), default="off",
+                       help="run rank processes in the sandbox (harness/sandbox.py): on = as "
+                       "much of it as this machine allows, reported in the results; strict = "
+                       "refuse to grade without the full sandbox (default: off)")
+    grade.add_argument("--select", default=None, metavar="EXPR",
+                       help="grade only the tests whose names match this pytest -k expression")
     grade.set_defaults(handler=_grade)
 
     check = sub.add_parser("selfcheck", help="prove the suites against solutions, stubs, mutants")
@@ -85,6 +98,14 @@ def _parser() -> argparse.ArgumentParser:
         .set_defaults(handler=_coursemap)
     bench = sub.add_parser("bench", help="run a benchmark: bench <name> [args]", add_help=False)
     bench.add_argument("rest", nargs=argparse.REMAINDER)
+    for name in _SUBCOMMAND_MODULES + _INSTRUCTOR_ONLY_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if name in _INSTRUCTOR_ONLY_MODULES and exc.name == name:
+                continue
+            raise
+        module.register(sub)
     return parser
 
 
@@ -105,9 +126,12 @@ def _grade(args: argparse.Namespace, course: Course) -> int:
         print("error: no tests to run", file=sys.stderr)
         return 1
     print(f"grading {impl} on {len(paths)} suite path(s) with {args.workers} worker(s)")
+    extra = ["--sandbox", args.sandbox]
+    if args.select:
+        extra += ["-k", args.select]
     session = run_session(
         paths, impl, workers=args.workers, timeout=args.timeout, root=args.root, suites=suites,
-        on_line=_progress_printer(),
+        on_line=_progress_printer(), extra=extra,
     )
     if session.result is None:
         print(f"error: {session.problem}\n--- last lines of the pytest session ---\n"

@@ -82,6 +82,7 @@ def gradescope_json(run: RunResult, order: tuple[str, ...] = ()) -> dict:
             "max_score": run.max_score,
             "assignments": totals,
             "collection_errors": [_short(error_summary(e)) for e in run.collection_errors],
+            "sandbox": dict(run.sandbox),
         },
         "tests": tests,
     }
@@ -112,6 +113,8 @@ def summary_markdown(
     assignments = run.by_assignment(tuple(titles))
     head = [f"## mlsys-labs grade: {run.score} / {run.max_score}", ""]
     head += [f"Graded implementation: `{md_escape(run.impl)}`", ""]
+    if run.sandbox_summary:
+        head += [f"Rank processes ran in the {md_escape(run.sandbox_summary)}", ""]
     if run.collection_errors:
         head += ["**The grader could not collect every test** (this is not your score):", ""]
         errors = [f"- {md_escape(_short(error_summary(e)))}" for e in run.collection_errors]

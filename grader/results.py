@@ -125,6 +125,13 @@ class RunResult:
     tests: tuple[TestResult, ...]
     collection_errors: tuple[str, ...] = ()
     exitstatus: int = 0
+    # The sandbox the ranks ran in: {"mode", "summary", ...} from harness/sandbox.py, or {}.
+    sandbox: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def sandbox_summary(self) -> str:
+        """One line such as "sandbox: full" or "sandbox: degraded — no bwrap" ("" if unknown)."""
+        return dict(self.sandbox).get("summary", "")
 
     @property
     def score(self) -> int:
@@ -166,7 +173,12 @@ class RunResult:
         errors = _field(data, "collection_errors", list, source)
         exitstatus = _field(data, "exitstatus", int, source)
         parsed = tuple(_test(item, f"{source}: tests[{i}]") for i, item in enumerate(tests))
-        return cls(impl, parsed, tuple(str(e) for e in errors), exitstatus)
+        sandbox = data.get("sandbox", {})
+        if not isinstance(sandbox, dict):
+            raise ResultsError(f"{source}.sandbox: expected an object, got {sandbox!r}")
+        plain = tuple((str(k), str(v)) for k, v in sandbox.items()
+                      if isinstance(v, (str, int, float, bool)))
+        return cls(impl, parsed, tuple(str(e) for e in errors), exitstatus, plain)
 
 
 def _report_order(test: TestResult) -> tuple:
