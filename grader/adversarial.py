@@ -219,7 +219,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add `python -m grader adversarial [NAME ...] [--sandbox on|strict]`."""
     parser = sub.add_parser("adversarial", help="grade the adversarial corpus and judge it")
     parser.add_argument("names", nargs="*", metavar="NAME",
-                        help="cases to run: folder name, its number NN or the part after NN_ (default: all)")
+                        help="cases: folder name, number NN or the part after NN_ (default: all)")
     parser.add_argument("--sandbox", choices=("on", "strict"), default="on",
                         help="sandbox mode the cases are graded with (default: on)")
     parser.set_defaults(handler=lambda args, course: run_all(args.names, args.sandbox))

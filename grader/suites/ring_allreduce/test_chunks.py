@@ -11,7 +11,7 @@ PAIRS = [(numel, size) for size in range(1, 9)
          for numel in sorted({0, 1, size - 1, size, size + 1, 2 * size + 3, 10007, 1 << 20})]
 
 
-@pytest.mark.points(3)
+@pytest.mark.points(2)
 def test_chunk_bounds_split(launch):
     """Tiles [0, numel) in order, sizes differ by at most one, larger chunks first."""
     got = launch(chunk_table, 1, args=(PAIRS,), timeout=TIMEOUT_S).values[0]
