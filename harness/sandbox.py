@@ -189,9 +189,14 @@ def _bwrap_args(config: SandboxConfig, base: str) -> list[str]:
 
 
 def _probe(command: list[str]) -> str | None:
-    """Run `command` + `python -I -c pass`; None when it works, else the reason."""
+    """Run Python under `command` and read a file of the checkout with it; None when that
+    works, else the reason (the last line of its stderr)."""
+    from harness.impl import REPO_ROOT
+
+    check = "import sys; open(sys.argv[1], 'rb').close()"
     try:
-        proc = subprocess.run([*command, sys.executable, "-I", "-c", "pass"],
+        proc = subprocess.run([*command, sys.executable, "-I", "-c", check,
+                               str(REPO_ROOT / "harness" / "shim.py")],
                               capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return str(exc)
@@ -238,6 +243,12 @@ def enable(config: SandboxConfig) -> SandboxStatus:
     else:
         candidate = [*_bwrap_args(config, work), "--", *prefix]
         problem = _probe(candidate)
+        if problem is not None and prefix and _probe(candidate[:-len(prefix)]) is None:
+            # nobody cannot read the checkout (e.g. it sits in a 0700 folder): keep the rest.
+            candidate, prefix = candidate[:-len(prefix)], []
+            problem = None
+            missing.append("ranks run as root: the unprivileged user cannot read the checkout "
+                           "(make every folder above it o+rx to fix this)")
         if problem is None:
             sandbox_cmd = candidate
             applied += ["network namespace (loopback only)", "read-only filesystem",
@@ -253,7 +264,7 @@ def enable(config: SandboxConfig) -> SandboxStatus:
         applied.append("same user as the grader (not root)")
     elif prefix and prefix[0] in sandbox_cmd:
         applied.append("separate unprivileged user (nobody)")
-    else:
+    elif not any(m.startswith("ranks run as root") for m in missing):
         missing.append("ranks run as root (no setpriv, or nobody cannot run this Python)")
     applied.append("python -I")
     mode = "full" if not missing else "degraded"
