@@ -13,6 +13,7 @@ that must never run did not), and no process outlived the grading.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import shutil
@@ -33,6 +34,7 @@ CANARY = "ghp_adversarialCanary0123456789"
 CANARY_ENV = ("GITHUB_TOKEN", "ACTIONS_RUNTIME_TOKEN", "ACTIONS_ID_TOKEN_REQUEST_TOKEN",
               "MLSYS_HIDDEN_SUITES_TOKEN")
 GRADE_TIMEOUT_S = 600
+_PR_SET_CHILD_SUBREAPER = 36
 
 
 @dataclass(frozen=True)
@@ -104,26 +106,24 @@ def _materialise(case: Case, workdir: Path) -> Path:
     return submission
 
 
-def _new_processes(before: set[int], started: float) -> list[int]:
-    """Processes that appeared during the case and are ours: descendants, or the rank user's."""
-    mine = proctree.descendants(os.getpid())
-    leftovers = []
-    for pid in mine | _pids_of_uid(65534):
-        if pid not in before:
-            leftovers.append(pid)
-    return sorted(leftovers)
+def _become_subreaper() -> None:
+    """Adopt orphans: a process that escapes its parent (double fork, setsid) is reparented to
+    us instead of to init, so `proctree.descendants` still finds it after grading."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
-def _pids_of_uid(uid: int) -> set[int]:
-    pids = set()
-    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
-        if entry.isdigit():
-            try:
-                if os.stat(f"/proc/{entry}").st_uid == uid:
-                    pids.add(int(entry))
-            except OSError:
-                pass
-    return pids
+def _reap_adopted() -> None:
+    """Collect exited orphans we adopted, so they do not linger as zombies."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
 
 
 def run_case(case: Case, *, sandbox: str = "on") -> CaseResult:
@@ -144,15 +144,23 @@ def run_case(case: Case, *, sandbox: str = "on") -> CaseResult:
         command = [sys.executable, "-m", "grader", "grade", ASSIGNMENT, "--impl",
                    str(submission), "--suites", str(suites), "--out", str(out), "-n", "0",
                    "--sandbox", sandbox, "--select", case.select]
-        before = proctree.descendants(os.getpid()) | _pids_of_uid(65534)
+        _become_subreaper()
+        before = proctree.descendants(os.getpid())
         started = time.monotonic()
         proc = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True,
                               timeout=GRADE_TIMEOUT_S)
         result.seconds = time.monotonic() - started
         deadline = time.monotonic() + 5
-        while _new_processes(before, started) and time.monotonic() < deadline:
+        while True:
+            _reap_adopted()
+            survivors = proctree.descendants(os.getpid()) - before
+            if not survivors or time.monotonic() > deadline:
+                break
             time.sleep(0.1)
-        result.survivors = _new_processes(before, started)
+        result.survivors = sorted(survivors)
+        for pid in survivors:  # reported above; they must not harm the cases after this one
+            proctree.kill_tree(pid)
+        _reap_adopted()
         _judge(case, result, proc, out)
     if case.marker and Path(case.marker).exists():
         result.problems.append(f"code that must never run did: {case.marker} exists")

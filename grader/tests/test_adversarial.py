@@ -1,0 +1,48 @@
+"""The adversarial corpus (grader/tests/adversarial/cases): every attack gets the score it
+deserves, with the expected reason, no leaked canary, no injected markup, and no survivor.
+
+Each case grades a submission in a fresh `python -m grader grade --sandbox on` process. The
+cases share one xdist group (`make test` uses --dist loadgroup) because each judges "no process
+survived" by the processes that appeared while it ran; they run one after another.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from grader import adversarial
+
+CASES = adversarial.cases()
+
+# The 22 attacks issue 11 lists, plus the honest positive control (00).
+REQUIRED = {f"{n:02d}" for n in range(23)}
+
+
+def test_the_corpus_covers_every_listed_attack():
+    numbers = {case.name.split("_", 1)[0] for case in CASES}
+    assert REQUIRED <= numbers, f"missing cases: {sorted(REQUIRED - numbers)}"
+    for case in CASES:
+        assert case.attack and case.select, case.name
+        assert (case.folder / "submission").is_dir(), f"{case.name}: no submission/"
+
+
+@pytest.mark.xdist_group("adversarial")
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_attack_is_graded_correctly(case):
+    result = adversarial.run_case(case)
+    if result.skipped:
+        pytest.skip(result.skipped)
+    assert result.ok, (
+        f"{case.name} ({case.attack}): " + "; ".join(result.problems)
+        + f" [score {result.score}/{result.max_score}, reasons {result.reasons}, "
+        f"{result.sandbox}]")
+
+
+def test_table_reports_each_case():
+    case = CASES[0]
+    done = adversarial.CaseResult(case=case, score=4, max_score=4, seconds=1.5)
+    wrong = adversarial.CaseResult(case=case, score=4, max_score=4,
+                                   problems=["scored 4/4, must score 0"])
+    text = adversarial.table([done, wrong])
+    assert text.count(f"| {case.name} |") == 2
+    assert "| ok |" in text and "must score 0" in text
