@@ -115,15 +115,37 @@ def _become_subreaper() -> None:
         pass
 
 
-def _reap_adopted() -> None:
-    """Collect exited orphans we adopted, so they do not linger as zombies."""
+def _reap_adopted(keep: int | None = None) -> None:
+    """Collect exited orphans we adopted, so they do not linger as zombies (a zombie still
+    counts against the sandbox's process limit). `keep`: a child of ours to leave unreaped."""
     while True:
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
         except ChildProcessError:
             return
-        if pid == 0:
+        if info is None or info.si_pid == keep:
             return
+        try:
+            os.waitpid(info.si_pid, 0)
+        except ChildProcessError:
+            return
+
+
+def _run_reaping(command: list[str], env: dict[str, str],
+                 log: Path) -> subprocess.CompletedProcess:
+    """Run the grading command, reaping adopted orphans while it runs; output to `log`."""
+    with open(log, "w+") as output:
+        proc = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=output,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True)
+        deadline = time.monotonic() + GRADE_TIMEOUT_S
+        while proc.poll() is None:
+            _reap_adopted(keep=proc.pid)
+            if time.monotonic() > deadline:
+                proctree.kill_tree(proc.pid)
+            time.sleep(0.05)
+        output.seek(0)
+        text = output.read()
+    return subprocess.CompletedProcess(command, proc.returncode, text, "")
 
 
 def run_case(case: Case, *, sandbox: str = "on") -> CaseResult:
@@ -147,8 +169,7 @@ def run_case(case: Case, *, sandbox: str = "on") -> CaseResult:
         _become_subreaper()
         before = proctree.descendants(os.getpid())
         started = time.monotonic()
-        proc = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True,
-                              timeout=GRADE_TIMEOUT_S)
+        proc = _run_reaping(command, env, workdir / "grade.log")
         result.seconds = time.monotonic() - started
         deadline = time.monotonic() + 5
         while True:

@@ -61,10 +61,34 @@ def kill_tree(pid: int, *, group: bool = True) -> None:
     for child in descendants(pid) | {pid}:
         _signal(child, signal.SIGKILL)
     if group:
+        # Orphans (whose parent died first) are no longer descendants but keep the group; a
+        # fork racing with killpg can still add one, so repeat until the group is empty.
+        deadline = time.monotonic() + 2.0
+        while True:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError, OSError):
+                break
+            if not group_members(pid) or time.monotonic() > deadline:
+                break
+            time.sleep(0.002)
+
+
+def group_members(pgid: int) -> set[int]:
+    """Live (non-zombie) processes whose process group is `pgid`."""
+    members = set()
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.isdigit():
+            continue
         try:
-            os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError, OSError):
-            pass
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read().decode(errors="replace")
+            fields = stat[stat.rfind(")") + 2:].split()
+            if fields[0] != "Z" and int(fields[2]) == pgid:
+                members.add(int(entry))
+        except (OSError, IndexError, ValueError):
+            continue
+    return members
 
 
 def kill_group(pgid: int) -> None:
