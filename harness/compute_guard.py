@@ -138,6 +138,10 @@ class ComputeGuard(TorchDispatchMode):
     `violations` keeps the record either way.
     """
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False  # else the first op imports torch._dynamo (seconds) to disable it here
+
     def __init__(self, what: str = "the wrapper", *, strict: bool = True,
                  allow: frozenset[str] | set[str] = frozenset()) -> None:
         super().__init__()

@@ -119,6 +119,16 @@ def _write_interpreter(prefix: list[str], setup_lines: list[str]) -> str:
     return path
 
 
+def preload(*modules: str) -> bool:
+    """Have the forkserver import `modules` once, so no rank pays for them (e.g. torch._dynamo,
+    which torch.optim imports on first use: seconds per rank). Call before the first launch;
+    returns False (and changes nothing) once the forkserver runs."""
+    if _context is not None:
+        return False
+    PRELOAD.extend(m for m in modules if m not in PRELOAD)
+    return True
+
+
 def mp_context() -> Any:
     """The forkserver context, started once per process with the rank environment."""
     global _context

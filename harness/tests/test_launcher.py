@@ -189,3 +189,26 @@ def test_the_kernel_counts_traffic_the_log_cannot_see():
         # the backend's own allreduce bypasses torch.distributed's Python API entirely
         assert [rec.op for rec in sneaky.comm[r]] == ["isend", "irecv"]
         assert sneaky.unlogged_bytes(r) > numel * 4 // 2, sneaky.written_bytes
+
+
+_PRELOAD_PROBE = """
+import sys
+sys.path.insert(0, {root!r})
+from harness import launcher
+from harness.tests import rankfns
+assert launcher.preload("colorsys")
+first = launcher.launch(rankfns.has_module, 1, args=("colorsys",)).values[0]
+print(first, launcher.preload("wave"))
+"""
+
+
+def test_preload_imports_once_in_the_forkserver_and_only_before_it_starts():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[2])
+    proc = subprocess.run([sys.executable, "-c", _PRELOAD_PROBE.format(root=root)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["True", "False"]

@@ -30,9 +30,13 @@ import torch
 from torch import nn
 
 from harness import CommRecord
+from harness.launcher import preload
+
+# torch.optim imports torch._dynamo on first use: seconds per rank unless the forkserver has it.
+preload("torch._dynamo")
 
 # Wall-clock limit of one launch: generous, because a loaded 2-core runner is slow to start
-# ranks (each rank's first optimizer imports torch._dynamo); a hang still ends.
+# ranks; a hang still ends.
 LAUNCH_TIMEOUT = 180.0
 OPTIMIZERS = {"adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
 
