@@ -50,6 +50,7 @@ class _State:
     sandbox: dict[str, Any] = field(default_factory=dict)
     tests: dict[str, TestOutcome] = field(default_factory=dict)
     collection_errors: list[str] = field(default_factory=list)
+    finished: int = 0  # tests whose teardown was reported (under xdist, others still run)
 
 
 STATE = pytest.StashKey[_State]()
@@ -231,8 +232,10 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         outcome.outcome = "skipped"
         outcome.reason = str(props.get("reason", "")) or _skip_text(report)
         outcome.not_graded_here = NOT_GRADED_HERE in outcome.reason
-    if report.when == "teardown" and state.progress:
-        _print_progress(state, outcome)
+    if report.when == "teardown":
+        state.finished += 1
+        if state.progress:
+            _print_progress(state, outcome)
 
 
 def _skip_text(report: pytest.TestReport) -> str:
@@ -243,7 +246,7 @@ def _skip_text(report: pytest.TestReport) -> str:
 
 
 def _print_progress(state: _State, outcome: TestOutcome) -> None:
-    done = sum(1 for t in state.tests.values())
+    done = state.finished
     score = outcome.points if outcome.outcome == "passed" else 0
     status = {"passed": "ok", "skipped": "skip"}.get(outcome.outcome, "FAIL")
     line = (f"[{done:>4}] {outcome.assignment or '-':<18} {outcome.name[:52]:<52} "

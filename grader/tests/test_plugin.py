@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -97,3 +98,11 @@ def test_points_must_be_a_non_negative_int(tmp_path):
 def test_a_bad_impl_is_a_usage_error(tmp_path):
     proc, _ = run_pytest(tmp_path, SUITE, "--impl", "mutant:nope/none")
     assert proc.returncode == 4 and "no mutant file" in proc.stderr
+
+
+def test_progress_counts_finished_tests_under_xdist(tmp_path):
+    body = "import pytest\n" + "".join(
+        f"@pytest.mark.points(1)\ndef test_{i}():\n    pass\n" for i in range(6))
+    proc, _ = run_pytest(tmp_path, body, "-n", "2", "--mlsys-progress")
+    counters = sorted(int(n) for n in re.findall(r"\[\s*(\d+)\] demo", proc.stdout))
+    assert counters == [1, 2, 3, 4, 5, 6], proc.stdout
