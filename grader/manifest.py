@@ -43,6 +43,7 @@ class Assignment:
     modules: tuple[str, ...]
     provided: tuple[str, ...] = ()
     extra_editable: tuple[str, ...] = ()
+    worksheet_points: int = 0  # the nbgrader worksheet (grader/worksheets.py), graded apart
 
     @property
     def hidden_points(self) -> int:
@@ -91,6 +92,7 @@ _ASSIGNMENT_FIELDS: dict[str, tuple[type, bool]] = {
     "modules": (list, True),
     "provided": (list, False),
     "extra_editable": (list, False),
+    "worksheet_points": (int, False),
 }
 
 
@@ -142,7 +144,7 @@ def _parse_assignment(
     values: dict[str, Any] = {}
     for field, (kind, required) in _ASSIGNMENT_FIELDS.items():
         if field not in table and not required:
-            values[field] = ()
+            values[field] = 0 if kind is int else ()
             continue
         value = _typed(table, field, kind, where)
         values[field] = tuple(_strings(value, field, where)) if kind is list else value
@@ -158,6 +160,9 @@ def _parse_assignment(
             f"{where}.public_points: must lie in [0, points={values['points']}], "
             f"got {values['public_points']}"
         )
+    if values["worksheet_points"] < 0:
+        raise ManifestError(f"{where}.worksheet_points: must be >= 0, "
+                            f"got {values['worksheet_points']}")
     if not values["modules"]:
         raise ManifestError(f"{where}.modules: lists no module; students must edit at least one")
     for field in ("modules", "provided", "extra_editable"):
