@@ -43,7 +43,8 @@ class TestOutcome:
 
 @dataclass
 class _State:
-    impl: str
+    impl: str  # what ranks load: a name, mutant:<id>/<name>, or an absolute folder
+    impl_label: str  # the --impl as given, for the reports
     results_path: str | None
     progress: bool
     hidden_roots: list[Path]
@@ -78,7 +79,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "points(n): points a grading test is worth, "
                                        "e.g. @pytest.mark.points(5)")
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU; skipped with a reason on CPU")
-    impl = config.getoption("impl") or os.environ.get("MLSYS_IMPL") or "assignments"
+    impl = label = config.getoption("impl") or os.environ.get("MLSYS_IMPL") or "assignments"
+    root = Path(config.rootpath).resolve()
+    if impl in ("assignments", "solutions") and root != REPO_ROOT and (root / impl).is_dir():
+        # `python -m grader --root OTHER grade`: grade that checkout's folder, not ours.
+        impl = str(root / impl)
     try:
         resolve_impl(impl)
     except ValueError as exc:
@@ -86,7 +91,8 @@ def pytest_configure(config: pytest.Config) -> None:
     roots = [REPO_ROOT / "grader" / "suites"]
     roots += [Path(p).resolve() for p in config.getoption("hidden_root")]
     sandbox_status = _enable_sandbox(config.getoption("sandbox"), impl, roots)
-    config.stash[STATE] = _State(impl=impl, results_path=config.getoption("mlsys_results"),
+    config.stash[STATE] = _State(impl=impl, impl_label=label,
+                                 results_path=config.getoption("mlsys_results"),
                                  progress=config.getoption("mlsys_progress"), hidden_roots=roots,
                                  sandbox=sandbox_status)
 
@@ -262,7 +268,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if _is_worker(config) or not state.results_path:
         return
     data: dict[str, Any] = {
-        "impl": state.impl,
+        "impl": state.impl_label,
         "sandbox": state.sandbox,
         "tests": [asdict(t) for t in state.tests.values()],
         "collection_errors": list(state.collection_errors),
