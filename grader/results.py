@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 OUTCOMES = ("passed", "failed", "skipped", "error")
+PARTS = ("suite", "worksheet")  # pytest suites; the nbgrader worksheet (grader/worksheets.py)
 NOT_IMPLEMENTED = "not implemented yet"
 NOT_GRADED_HERE = "not graded on this machine"
 
@@ -41,6 +42,7 @@ class TestResult:
     not_implemented: bool = False
     not_graded_here: bool = False
     duration: float = 0.0
+    part: str = "suite"  # one of PARTS
 
     @property
     def passed(self) -> bool:
@@ -107,6 +109,14 @@ class AssignmentScore:
     def excluded_points(self) -> int:
         """Points of GPU-only tests not graded on this machine."""
         return sum(t.points for t in self.tests if t.not_graded_here)
+
+    def parts(self) -> dict[str, tuple[int, int]]:
+        """(score, max_score) per part present, in PARTS order."""
+        return {
+            part: (sum(t.score for t in tests), sum(t.max_score for t in tests))
+            for part in PARTS
+            if (tests := [t for t in self.tests if t.part == part])
+        }
 
     def count(self, which: str) -> int:
         """Number of tests that `passed`, `failed` (incl. errors and skips), or are `excluded`."""
@@ -182,12 +192,15 @@ class RunResult:
 
 
 def _report_order(test: TestResult) -> tuple:
-    """Public tests first, then by node id with numbers compared as numbers (`[2]` < `[10]`).
+    """Suites before the worksheet; public tests first, then by node id with numbers compared
+    as numbers (`[2]` < `[10]`). Worksheet cells keep their notebook order.
 
     Under xdist the plugin lists tests as they finish; reports must not depend on that.
     """
+    if test.part != "suite":
+        return (PARTS.index(test.part), 0, ())
     natural = tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", test.nodeid))
-    return (test.visibility != "public", natural)
+    return (0, test.visibility != "public", natural)
 
 
 _TEST_FIELDS: dict[str, type | tuple[type, ...]] = {
@@ -215,6 +228,9 @@ def _test(item: Any, where: str) -> TestResult:
     if values["points"] < 0:
         raise ResultsError(f"{where}.points: negative ({values['points']})")
     values["duration"] = float(values["duration"])
+    values["part"] = item.get("part", "suite")  # optional: the plugin writes suites only
+    if values["part"] not in PARTS:
+        raise ResultsError(f"{where}.part: {values['part']!r} is not one of {PARTS}")
     return TestResult(**values)
 
 
