@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import re
 import xml.etree.ElementTree as ET
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from grader.results import (
@@ -36,17 +36,29 @@ _TRUNCATED = "\n\n> **Report truncated** ({shown} of {total} test rows shown) to
 _TRUNCATED += "The full results are in `results.json` and `junit.xml`.\n"
 
 
-def write_reports(run: RunResult, out_dir: Path, titles: dict[str, str] | None = None) -> None:
-    """Write results.json, summary.md and junit.xml into `out_dir` (created if needed)."""
+def write_reports(run: RunResult, out_dir: Path, titles: dict[str, str] | None = None,
+                  course: Mapping[str, str] | None = None) -> None:
+    """Write results.json, summary.md and junit.xml into `out_dir` (created if needed).
+
+    `course` ({"name", "version"} of the manifest) goes into results.json, so a gradebook can
+    refuse results of another course version.
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
-    results = json.dumps(gradescope_json(run, tuple(titles or ())), indent=2, ensure_ascii=False)
+    document = gradescope_json(run, tuple(titles or ()), course)
+    results = json.dumps(document, indent=2, ensure_ascii=False)
     (out_dir / "results.json").write_text(results + "\n", encoding="utf-8")
     (out_dir / "summary.md").write_text(summary_markdown(run, titles), encoding="utf-8")
     (out_dir / "junit.xml").write_text(junit_xml(run), encoding="utf-8")
 
 
-def gradescope_json(run: RunResult, order: tuple[str, ...] = ()) -> dict:
-    """The run in Gradescope's results.json format; assignments in `order` (course order)."""
+def gradescope_json(run: RunResult, order: tuple[str, ...] = (),
+                    course: Mapping[str, str] | None = None) -> dict:
+    """The run in Gradescope's results.json format; assignments in `order` (course order).
+
+    Worksheet cells are tests like the others, with `extra_data.part` = "worksheet"; each
+    assignment's totals list its parts. `extra_data.course` is the manifest's name and
+    version ("" when not given).
+    """
     tests = []
     ordered = [t for a in run.by_assignment(order) for t in a.tests]
     for number, test in enumerate(ordered, start=1):
@@ -66,11 +78,17 @@ def gradescope_json(run: RunResult, order: tuple[str, ...] = ()) -> dict:
                 "points": test.points,
                 "not_implemented": test.not_implemented,
                 "not_graded_here": test.not_graded_here,
+                "part": test.part,
             },
         })
     totals = {
-        a.id: {"score": a.score, "max_score": a.max_score} for a in run.by_assignment(order)
+        a.id: {
+            "score": a.score, "max_score": a.max_score,
+            "parts": {p: {"score": sc, "max_score": mx} for p, (sc, mx) in a.parts().items()},
+        }
+        for a in run.by_assignment(order)
     }
+    course = dict(course or {})
     return {
         "score": run.score,
         "execution_time": round(run.duration),  # whole seconds, as Gradescope shows them
@@ -79,6 +97,7 @@ def gradescope_json(run: RunResult, order: tuple[str, ...] = ()) -> dict:
         "stdout_visibility": "hidden",
         "extra_data": {
             "impl": run.impl,
+            "course": {"name": course.get("name", ""), "version": course.get("version", "")},
             "max_score": run.max_score,
             "assignments": totals,
             "collection_errors": [_short(error_summary(e)) for e in run.collection_errors],
@@ -140,6 +159,9 @@ def summary_markdown(
 
 def _assignment_head(a: AssignmentScore) -> str:
     lines = ["", f"### {md_escape(a.id)}: {a.score} / {a.max_score}", ""]
+    if len(a.parts()) > 1:
+        lines += [" · ".join(f"{_PART_NAMES[p]} {sc} / {mx}" for p, (sc, mx) in a.parts().items()),
+                  ""]
     if a.excluded_points:
         lines += [f"{a.excluded_points} points {NOT_GRADED_HERE} (GPU-only).", ""]
     lines += ["| test | suite | points | result |", "|---|---|---:|---|"]
@@ -154,7 +176,15 @@ def _test_row(test: TestResult) -> str:
     else:
         result = f"❌ {md_escape(_short(test.feedback))}"
     points = f"– / {test.points}" if test.not_graded_here else f"{test.score} / {test.points}"
-    return f"| {md_escape(test.name)} | {test.visibility} | {points} | {result} |\n"
+    return f"| {md_escape(test.name)} | {_suite(test)} | {points} | {result} |\n"
+
+
+_PART_NAMES = {"suite": "suites", "worksheet": "worksheet"}
+
+
+def _suite(test: TestResult) -> str:
+    """The "suite" column: public/hidden, prefixed with the part for worksheet cells."""
+    return test.visibility if test.part == "suite" else f"{test.part} {test.visibility}"
 
 
 def _fit(head: str, blocks: list[tuple[str, list[str]]], limit: int) -> str:
@@ -215,7 +245,7 @@ def junit_xml(run: RunResult) -> str:
         for test in a.tests:
             counts["tests"] += 1
             case = ET.SubElement(
-                suite, "testcase", classname=f"{a.id}.{test.visibility}",
+                suite, "testcase", classname=f"{a.id}.{_suite(test).replace(' ', '.')}",
                 name=_xml_text(test.name), time=f"{test.duration:.3f}",
             )
             props = ET.SubElement(case, "properties")
@@ -267,7 +297,7 @@ def terminal_report(run: RunResult, titles: dict[str, str] | None = None) -> str
         for t in a.tests:
             verdict = "PASS" if t.passed else ("n/a" if t.not_graded_here else "FAIL")
             points = f"-/{t.points}" if t.not_graded_here else f"{t.score}/{t.points}"
-            rows.append([t.name, t.visibility, points, verdict, _short(t.feedback)])
+            rows.append([t.name, _suite(t), points, verdict, _short(t.feedback)])
         blocks.append(f"{a.id}: {a.score}/{a.max_score}")
         blocks.append(format_table(["test", "suite", "points", "result", "reason"], rows))
         blocks.append("")
