@@ -22,7 +22,7 @@ _BUILTIN_IMPLS = ("assignments", "solutions")
 # `register(sub: argparse._SubParsersAction) -> None`, which adds its parser and sets
 # `handler=fn(args, course) -> int`. Instructor-only modules are left out of a student release,
 # so their absence is not an error.
-_SUBCOMMAND_MODULES: tuple[str, ...] = ()
+_SUBCOMMAND_MODULES: tuple[str, ...] = ("grader.worksheets",)
 _INSTRUCTOR_ONLY_MODULES: tuple[str, ...] = ("grader.adversarial",)
 
 
@@ -81,6 +81,8 @@ def _parser() -> argparse.ArgumentParser:
                        "refuse to grade without the full sandbox (default: off)")
     grade.add_argument("--select", default=None, metavar="EXPR",
                        help="grade only the tests whose names match this pytest -k expression")
+    grade.add_argument("--no-worksheets", action="store_true",
+                       help="skip the nbgrader worksheets (they are skipped with --select too)")
     grade.set_defaults(handler=_grade)
 
     check = sub.add_parser("selfcheck", help="prove the suites against solutions, stubs, mutants")
@@ -138,11 +140,16 @@ def _grade(args: argparse.Namespace, course: Course) -> int:
               f"{session.output_tail}", file=sys.stderr)
         return 1
     titles = {a.id: a.title for a in course.assignments}
-    write_reports(session.result, args.out, titles)
+    result = session.result
+    if not (args.select or args.no_worksheets):
+        from grader.worksheets import with_worksheet_results
+
+        result = with_worksheet_results(result, course, args.ids, impl, args.root, suites)
+    write_reports(result, args.out, titles, {"name": course.name, "version": course.version})
     print()
-    print(terminal_report(session.result, titles))
+    print(terminal_report(result, titles))
     print(f"\nreports written to {args.out}/ (results.json, summary.md, junit.xml)")
-    if session.result.collection_errors:
+    if result.collection_errors:
         print("error: some suites could not be collected (above); run pytest on them "
               "for the traceback", file=sys.stderr)
         return 1
