@@ -206,13 +206,14 @@ def _coursemap(args: argparse.Namespace, course: Course) -> int:
 def coursemap_markdown(course: Course) -> str:
     """The course map as a Markdown table, in course order (README.md is checked against it)."""
     lines = [
-        "| # | assignment | part | topics | points | prerequisites |",
-        "|---:|---|---|---|---:|---|",
+        "| # | assignment | part | topics | points | worksheet | prerequisites |",
+        "|---:|---|---|---|---:|---:|---|",
     ]
     for i, a in enumerate(course.assignments, start=1):
         prerequisites = ", ".join(f"`{p}`" for p in a.prerequisites) or "—"
         lines.append(
             f"| {i} | [`{a.id}`](assignments/{a.id}/README.md): {a.title} | {a.part} "
-            f"| {'; '.join(a.topics)} | {a.points} | {prerequisites} |"
+            f"| {'; '.join(a.topics)} | {a.points} | {a.worksheet_points or '—'} "
+            f"| {prerequisites} |"
         )
     return "\n".join(lines) + "\n"
