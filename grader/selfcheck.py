@@ -10,7 +10,9 @@ Per assignment, five checks (DESIGN.md, principle 5):
 - stub: every graded test fails with "not implemented" — a crash, a hang, a pass or a failure
   for another reason is a breach;
 - mutants: every `solutions/<id>/mutants/<name>.py` fails at least one test (run with `-x`;
-  the test that caught it is printed).
+  the test that caught it is printed);
+- worksheet: the nbgrader worksheet's source scores full marks, its committed student version
+  is up to date, scores zero and holds no solution or hidden test (`grader/worksheets.py`).
 
 Each pytest session is an independent subprocess; a small thread pool runs them side by side.
 """
@@ -29,7 +31,7 @@ from grader.results import RunResult, error_summary
 from grader.runner import Session, run_session, stop_all_sessions, suite_paths
 from grader.signatures import compare_files
 
-CHECKS = ("signatures", "points", "solution", "stub", "mutants")
+CHECKS = ("signatures", "points", "solution", "stub", "mutants", "worksheet")
 
 
 @dataclass(frozen=True)
@@ -179,6 +181,7 @@ def selfcheck(
             verdicts[a.id]["mutants"].breaches.append(
                 f"solutions/{a.id}/mutants/ has no mutant, so nothing shows the suites catch bugs"
             )
+    _check_worksheets(assignments, root, suites, verdicts, echo)
     todo = plan(course, ids, root, suites)
     echo(f"selfcheck: {len(assignments)} assignment(s), {len(todo)} pytest session(s), "
          f"{jobs} at a time")
@@ -215,6 +218,22 @@ def selfcheck(
         return 1
     echo(f"\nselfcheck passed in {elapsed:.0f} s")
     return 0
+
+
+def _check_worksheets(assignments: tuple[Assignment, ...], root: Path, suites: Path | None,
+                      verdicts: dict[str, dict[str, Verdict]],
+                      echo: Callable[[str], None]) -> None:
+    """The worksheet check of every assignment with worksheet points, in one nbgrader batch."""
+    from grader.worksheets import check_worksheets
+
+    start = time.perf_counter()
+    found = check_worksheets(assignments, root, suites, echo=lambda line: echo(f"  {line}"))
+    graded = [a for a in assignments if a.worksheet_points or found.get(a.id)]
+    for a in graded:
+        verdict = verdicts[a.id]["worksheet"]
+        verdict.breaches += found.get(a.id, [])
+        verdict.ran = True
+        verdict.seconds = (time.perf_counter() - start) / len(graded)
 
 
 def _record(job: Job, session: Session, checks: dict[str, Verdict], course: Course) -> str:
