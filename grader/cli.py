@@ -22,7 +22,7 @@ _BUILTIN_IMPLS = ("assignments", "solutions")
 # `register(sub: argparse._SubParsersAction) -> None`, which adds its parser and sets
 # `handler=fn(args, course) -> int`. Instructor-only modules are left out of a student release,
 # so their absence is not an error.
-_SUBCOMMAND_MODULES: tuple[str, ...] = ("grader.worksheets",)
+_SUBCOMMAND_MODULES: tuple[str, ...] = ("grader.worksheets", "grader.gradebook")
 _INSTRUCTOR_ONLY_MODULES: tuple[str, ...] = ("grader.adversarial",)
 
 
