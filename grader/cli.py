@@ -22,8 +22,10 @@ _BUILTIN_IMPLS = ("assignments", "solutions")
 # `register(sub: argparse._SubParsersAction) -> None`, which adds its parser and sets
 # `handler=fn(args, course) -> int`. Instructor-only modules are left out of a student release,
 # so their absence is not an error.
-_SUBCOMMAND_MODULES: tuple[str, ...] = ("grader.worksheets", "grader.gradebook")
-_INSTRUCTOR_ONLY_MODULES: tuple[str, ...] = ("grader.adversarial",)
+_SUBCOMMAND_MODULES: tuple[str, ...] = ("grader.worksheets", "grader.gradebook",
+                                        "grader.pr_files", "grader.pr_grade", "grader.pr_comment",
+                                        "grader.pr_post", "grader.rehearse")
+_INSTRUCTOR_ONLY_MODULES: tuple[str, ...] = ("grader.adversarial", "grader.release")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
