@@ -391,7 +391,7 @@ def _worker(course: Path, result_file: Path, cell_timeout: int) -> int:
         if not graded.is_file():
             problems.append(((assignment_id, student), "nbgrader wrote no autograded notebook"))
             continue
-        errors = _cell_errors(json.loads(graded.read_text(encoding="utf-8")))
+        errors = _cell_errors(json.loads(graded.read_text(encoding="utf-8")), cell_timeout)
         with Gradebook(db_url) as gb:
             try:
                 notebook = gb.find_submission_notebook("worksheet", assignment_id, student)
@@ -411,7 +411,7 @@ def _worker(course: Path, result_file: Path, cell_timeout: int) -> int:
     return 0
 
 
-def _cell_errors(notebook: dict) -> dict[str, tuple[str, str, bool]]:
+def _cell_errors(notebook: dict, cell_timeout: int) -> dict[str, tuple[str, str, bool]]:
     """grade_id -> (its error, the error of the answer cell above it, answer not implemented)."""
     found: dict[str, tuple[str, str, bool]] = {}
     answer = ("", False)
@@ -420,6 +420,8 @@ def _cell_errors(notebook: dict) -> dict[str, tuple[str, str, bool]]:
         if cell.get("cell_type") != "code" or not meta:
             continue
         error = _error_line(cell)
+        if error.startswith(("KeyboardInterrupt", "CellTimeoutError")):  # nbclient interrupts
+            error = f"CellTimeoutError: ran past the {cell_timeout} s limit per cell"
         if meta.get("solution"):
             answer = (error, error.startswith("NotImplementedError"))
         elif meta.get("grade"):

@@ -1,0 +1,304 @@
+"""Worksheets: the committed notebooks, nbgrader's traps, and worksheet rows in the reports.
+
+One nbgrader run (module fixture) autogrades a two-question toy worksheet for several
+"students", each built to trip one trap: a warning during a test, stderr output, a deleted test
+cell, a test cell edited to `pass`, an answer that never ends, a missing and a broken
+notebook — all behind a decoy `python3` kernelspec that would fail every cell if used.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from grader import worksheets as ws
+from grader.manifest import REPO_ROOT, ManifestError, load_manifest, parse_manifest
+from grader.reports import gradescope_json, junit_xml, summary_markdown, terminal_report
+from grader.results import ResultsError, RunResult
+
+SCHEMA = json.loads((REPO_ROOT / "grader" / "schemas" / "results.schema.json").read_text())
+COURSE = load_manifest()
+CELL_TIMEOUT = 5
+
+
+# --- the committed worksheets (no nbgrader run) -----------------------------------------------
+
+
+@pytest.mark.parametrize("assignment", COURSE.assignments, ids=lambda a: a.id)
+def test_committed_worksheet_is_well_formed_and_leaks_nothing(assignment):
+    source = ws.source_path(REPO_ROOT, assignment.id)
+    release = ws.release_path(REPO_ROOT, assignment.id)
+    assert assignment.worksheet_points > 0 and source.is_file() and release.is_file()
+    assert ws.static_breaches(assignment, source, release, REPO_ROOT) == []
+    cells = ws.grade_cells(source)
+    assert sum(c.points for c in cells) == assignment.worksheet_points
+    assert {c.grade_id for c in cells} == set(c.grade_id for c in ws.grade_cells(release))
+
+
+def test_released_worksheets_are_up_to_date(tmp_path):
+    """What generate_assignment makes of every source now is what is committed."""
+    sources = {a.id: ws.source_path(REPO_ROOT, a.id) for a in COURSE.assignments}
+    done = ws.autograde([], sources, release_dir=tmp_path)
+    assert sorted(done.releases) == sorted(sources)
+    for assignment_id, fresh in done.releases.items():
+        committed = ws.release_path(REPO_ROOT, assignment_id)
+        assert ws.read_notebook(fresh) == ws.read_notebook(committed), (
+            f"{committed} is stale: run `python -m grader worksheets release {assignment_id}`")
+
+
+def test_leak_check_finds_solution_and_hidden_lines(tmp_path):
+    source = ws.source_path(REPO_ROOT, "ring_allreduce")
+    release = json.loads(ws.release_path(REPO_ROOT, "ring_allreduce").read_text())
+    assert ws.leaks(source, ws.release_path(REPO_ROOT, "ring_allreduce")) == []
+    planted = copy.deepcopy(release)
+    planted["cells"][3]["source"] = ["    return steps * chunk\n"]
+    path = tmp_path / "planted.ipynb"
+    path.write_text(json.dumps(planted))
+    assert any("steps * chunk" in leak for leak in ws.leaks(source, path))
+    planted["cells"][3]["source"] = ["### BEGIN HIDDEN TESTS\n", "x = 1\n"]
+    path.write_text(json.dumps(planted))
+    assert any("BEGIN HIDDEN TESTS" in leak for leak in ws.leaks(source, path))
+
+
+def test_grade_cells_need_whole_positive_points(tmp_path):
+    nb = toy_source()
+    nb["cells"][2]["metadata"]["nbgrader"]["points"] = 1.5
+    path = tmp_path / "bad.ipynb"
+    path.write_text(json.dumps(nb))
+    with pytest.raises(ws.WorksheetError, match="whole number"):
+        ws.grade_cells(path)
+    path.write_text("{not json")
+    with pytest.raises(ws.WorksheetError, match="not a readable notebook"):
+        ws.grade_cells(path)
+
+
+def test_manifest_worksheet_points():
+    data = {"course": {"name": "c", "version": "1"}, "assignment": [
+        {"id": "a", "title": "A", "part": "I", "points": 10, "public_points": 2,
+         "prerequisites": [], "topics": [], "modules": ["m"]}]}
+    assert parse_manifest(data).assignments[0].worksheet_points == 0
+    data["assignment"][0]["worksheet_points"] = -1
+    with pytest.raises(ManifestError, match="worksheet_points"):
+        parse_manifest(data)
+
+
+def test_kernel_runs_this_interpreter_quietly(tmp_path):
+    jupyter = ws.write_kernelspec(tmp_path / "jupyter")
+    spec = json.loads((jupyter / "kernels" / "python3" / "kernel.json").read_text())
+    assert spec["argv"][0] == sys.executable
+    assert spec["env"]["PYTHONWARNINGS"] == "ignore"
+    env = ws.worker_env(jupyter)
+    assert env["PATH"].split(":")[0] == str(Path(sys.executable).parent)  # alembic
+    assert env["JUPYTER_PATH"].split(":")[0] == str(jupyter)
+
+
+def test_which_notebook_each_impl_grades(tmp_path):
+    assert ws.submitted_notebook("assignments", REPO_ROOT, "ppo") == \
+        REPO_ROOT / "assignments" / "ppo" / "worksheet.ipynb"
+    assert ws.submitted_notebook("solutions", REPO_ROOT, "ppo") == \
+        REPO_ROOT / "solutions" / "ppo" / "worksheet.ipynb"
+    assert ws.submitted_notebook("mutant:ppo/x", REPO_ROOT, "ppo").parent.name == "ppo"
+    assert ws.submitted_notebook(str(tmp_path), REPO_ROOT, "ppo") == \
+        tmp_path / "ppo" / "worksheet.ipynb"
+
+
+# --- a toy worksheet, and students that trip nbgrader's traps ---------------------------------
+
+
+def _cell(kind, source, grade_id, **meta):
+    cell = {"cell_type": kind, "id": grade_id.replace("_", "-"), "metadata": {"nbgrader": {
+        "grade": False, "grade_id": grade_id, "locked": False, "schema_version": 3,
+        "solution": False, **meta}}, "source": source}
+    if kind == "code":
+        cell.update(outputs=[], execution_count=None)
+    return cell
+
+
+def toy_source() -> dict:
+    """Two questions: `double` (a visible and a hidden test) and `square` (a visible test)."""
+    cells = [
+        _cell("markdown", "# Toy worksheet", "intro", locked=True),
+        _cell("code", "def double(v):\n    ### BEGIN SOLUTION\n    return 2 * v\n"
+              "    ### END SOLUTION\n\n\nanswer = double(21)", "q1_answer", solution=True),
+        _cell("code", "assert answer == 42, f'expected 42, got {answer}'", "q1",
+              grade=True, locked=True, points=1),
+        _cell("code", "# hidden\n### BEGIN HIDDEN TESTS\nassert double(5) == 10, "
+              "'SECRET-INPUT-5'\n### END HIDDEN TESTS", "q1_hidden",
+              grade=True, locked=True, points=1),
+        _cell("code", "def square(v):\n    ### BEGIN SOLUTION\n    return v * v\n"
+              "    ### END SOLUTION", "q2_answer", solution=True),
+        _cell("code", "assert square(3) == 9, 'square(3) should be 9'", "q2",
+              grade=True, locked=True, points=1),
+    ]
+    return {"cells": cells, "metadata": {"kernelspec": {
+        "display_name": "Python 3", "language": "python", "name": "python3"}},
+        "nbformat": 4, "nbformat_minor": 5}
+
+
+def _answers(nb: dict, q1: str | None = None, q2: str | None = None) -> dict:
+    nb = copy.deepcopy(nb)
+    for cell in nb["cells"]:
+        grade_id = cell["metadata"]["nbgrader"]["grade_id"]
+        if grade_id == "q1_answer" and q1 is not None:
+            cell["source"] = q1
+        if grade_id == "q2_answer" and q2 is not None:
+            cell["source"] = q2
+    return nb
+
+
+def _without(nb: dict, grade_id: str) -> dict:
+    nb = copy.deepcopy(nb)
+    nb["cells"] = [c for c in nb["cells"] if c["metadata"]["nbgrader"]["grade_id"] != grade_id]
+    return nb
+
+
+def _edited(nb: dict, grade_id: str, source: str) -> dict:
+    nb = copy.deepcopy(nb)
+    for cell in nb["cells"]:
+        if cell["metadata"]["nbgrader"]["grade_id"] == grade_id:
+            cell["source"] = source
+    return nb
+
+
+STUB = "# YOUR CODE HERE\nraise NotImplementedError()"
+WARNS = ("import warnings\n\ndef double(v):\n    warnings.warn(f'doubling {v}')\n"
+         "    return 2 * v\n\nanswer = double(21)")
+STDERR = ("import sys\n\ndef double(v):\n    if v != 21:\n        print('note', file=sys.stderr)\n"
+          "    return 2 * v\n\nanswer = double(21)")
+TYPED = "def double(v):\n    return 42\n\nanswer = 42"
+FOREVER = "while True:\n    pass"
+
+STUB_Q1 = ("def double(v):\n    # YOUR CODE HERE\n    raise NotImplementedError()\n\n\n"
+           "answer = double(21)")
+STUDENTS = {
+    "source": lambda nb: nb,
+    "release": lambda nb: _answers(nb, q1=STUB_Q1, q2=STUB),
+    "warns": lambda nb: _answers(nb, q1=WARNS),
+    "stderr_edited": lambda nb: _edited(_answers(nb, q1=STDERR, q2="def square(v):\n    return v"),
+                                        "q2", "pass"),
+    "deleted_typed_forever": lambda nb: _without(_answers(nb, q1=TYPED, q2=FOREVER), "q1"),
+}
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    """(cells, Autograded) of one nbgrader run over every toy student, behind a decoy spec."""
+    folder = tmp_path_factory.mktemp("toy")
+    source = folder / "source.ipynb"
+    source.write_text(json.dumps(toy_source()))
+    decoy = folder / "decoy" / "kernels" / "python3"
+    decoy.mkdir(parents=True)
+    (decoy / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-c", "raise SystemExit(3)"], "display_name": "decoy",
+        "language": "python"}))
+    submissions = []
+    for student, make in STUDENTS.items():
+        path = folder / f"{student}.ipynb"
+        path.write_text(json.dumps(make(toy_source())))
+        submissions.append(ws.Submission("toy", student, path))
+    (folder / "broken.ipynb").write_text("{ not a notebook")
+    submissions.append(ws.Submission("toy", "broken", folder / "broken.ipynb"))
+    submissions.append(ws.Submission("toy", "missing", None))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("JUPYTER_PATH", str(folder / "decoy"))
+        done = ws.autograde(submissions, {"toy": source}, cell_timeout=CELL_TIMEOUT,
+                            timeout=300)
+    return ws.grade_cells(source), done
+
+
+def verdicts(toy, student: str) -> dict[str, object]:
+    cells, done = toy
+    return {t.name.split("::")[1]: t for t in ws.to_test_results("toy", student, cells, done)}
+
+
+def test_toy_source_scores_full_marks(toy):
+    results = verdicts(toy, "source")
+    assert all(t.passed for t in results.values()), results
+    assert {n: (t.visibility, t.part) for n, t in results.items()} == {
+        "q1": ("public", "worksheet"), "q1_hidden": ("hidden", "worksheet"),
+        "q2": ("public", "worksheet")}
+
+
+def test_stub_answers_are_not_implemented(toy):
+    results = verdicts(toy, "release")
+    assert not any(t.passed for t in results.values())
+    assert all(t.not_implemented for t in results.values()), results
+    assert all(t.feedback.startswith("not implemented") for t in results.values())
+
+
+def test_a_warning_during_a_test_does_not_zero_it(toy):
+    assert all(t.passed for t in verdicts(toy, "warns").values())
+
+
+def test_stderr_zeroes_a_cell_and_edited_tests_are_restored(toy):
+    results = verdicts(toy, "stderr_edited")
+    assert results["q1"].passed
+    assert not results["q1_hidden"].passed and "stderr" in results["q1_hidden"].reason
+    assert not results["q2"].passed, "the test edited to `pass` must run as written"
+    assert "square(3) should be 9" in results["q2"].reason
+
+
+def test_deleted_tests_are_restored_hidden_text_stays_hidden_and_hangs_time_out(toy):
+    results = verdicts(toy, "deleted_typed_forever")
+    assert results["q1"].passed, "the deleted visible test is restored and run"
+    hidden = results["q1_hidden"]
+    assert not hidden.passed and "SECRET" not in hidden.feedback
+    assert hidden.feedback == "a hidden test failed (AssertionError)"
+    assert not results["q2"].passed and "CellTimeoutError" in results["q2"].reason
+
+
+def test_missing_and_broken_notebooks_fail_every_cell_with_the_reason(toy):
+    for student, reason in (("missing", "no worksheet.ipynb"), ("broken", "not a readable")):
+        results = verdicts(toy, student)
+        assert not any(t.passed for t in results.values())
+        assert all(reason in t.reason for t in results.values()), results
+
+
+# --- worksheet rows in the reports ------------------------------------------------------------
+
+
+def test_reports_show_the_worksheet_part_without_hidden_text(toy):
+    cells, done = toy
+    suite = RunResult.from_json({"impl": "x", "collection_errors": [], "exitstatus": 0,
+                                 "tests": [{
+                                     "nodeid": "assignments/toy/test_public.py::test_a",
+                                     "name": "test_a", "assignment": "toy",
+                                     "visibility": "public", "points": 5, "outcome": "passed",
+                                     "reason": "", "not_implemented": False,
+                                     "not_graded_here": False, "duration": 0.1}]})
+    run = RunResult(suite.impl, suite.tests + ws.to_test_results(
+        "toy", "deleted_typed_forever", cells, done))
+    document = gradescope_json(run, ("toy",), {"name": "mlsys-labs", "version": "9"})
+    jsonschema.validate(document, SCHEMA, cls=jsonschema.Draft202012Validator)
+    assert document["extra_data"]["course"] == {"name": "mlsys-labs", "version": "9"}
+    assert document["extra_data"]["assignments"]["toy"]["parts"] == {
+        "suite": {"score": 5, "max_score": 5}, "worksheet": {"score": 1, "max_score": 3}}
+    assert [t["extra_data"]["part"] for t in document["tests"]] == ["suite"] + ["worksheet"] * 3
+    summary = summary_markdown(run, {"toy": "Toy"})
+    assert "suites 5 / 5 · worksheet 1 / 3" in summary and "| worksheet hidden |" in summary
+    for text in (json.dumps(document), summary, junit_xml(run), terminal_report(run)):
+        assert "SECRET" not in text
+    assert 'classname="toy.worksheet.hidden"' in junit_xml(run)
+
+
+def test_results_part_is_checked():
+    item = {"nodeid": "n", "name": "n", "assignment": "a", "visibility": "public",
+            "points": 1, "outcome": "passed", "reason": "", "not_implemented": False,
+            "not_graded_here": False, "duration": 0.0}
+    base = {"impl": "x", "collection_errors": [], "exitstatus": 0}
+    assert RunResult.from_json({**base, "tests": [item]}).tests[0].part == "suite"
+    assert RunResult.from_json({**base, "tests": [{**item, "part": "worksheet"}]}) \
+        .tests[0].part == "worksheet"
+    with pytest.raises(ResultsError, match="part"):
+        RunResult.from_json({**base, "tests": [{**item, "part": "quiz"}]})
+
+
+def test_worksheet_without_its_source_is_not_graded_here():
+    results = ws.not_graded("ppo", 10, "no source")
+    assert [(t.points, t.max_score, t.not_graded_here) for t in results] == [(10, 0, True)]
+    assert results[0].feedback.startswith("not graded on this machine")
