@@ -105,10 +105,12 @@ def build_release(root: Path, out: Path, course: Course, *, hidden_suites_repo: 
             written.append(path)
     for template in sorted(p for p in TEMPLATES.rglob("*") if p.is_file()):
         relative = template.relative_to(TEMPLATES).as_posix()
-        if set(Path(relative).parts) & set(SKIPPED_PARTS):
+        if any(part.startswith(".") and part != ".github" for part in Path(relative).parts) \
+                or set(Path(relative).parts) & set(SKIPPED_PARTS):
             continue
         text = template.read_text(encoding="utf-8")
         text = _fill(text, course, hidden_suites_repo, self_study)
+        relative = relative.removesuffix(".tmpl")  # live config files would act on this repo
         target = out / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text, encoding="utf-8")

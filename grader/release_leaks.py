@@ -88,16 +88,23 @@ def functions(tree: ast.AST) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]
             yield node
 
 
-def fingerprint(node: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[str, int]:
-    """(normalised AST of the body without its docstring, its number of nodes)."""
+def fingerprint(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
+    """The normalised AST of the body without its docstring."""
     module = ast.Module(body=_body(node), type_ignores=[])
-    size = sum(1 for _ in ast.walk(module)) - 1
-    return ast.dump(module, annotate_fields=False, include_attributes=False), size
+    return ast.dump(module, annotate_fields=False, include_attributes=False)
 
 
-def _body_text(node: ast.FunctionDef | ast.AsyncFunctionDef, source: str) -> str:
-    parts = [ast.get_source_segment(source, stmt) or "" for stmt in _body(node)]
-    return normal_lines("\n".join(parts))
+def body_size(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """Number of AST nodes in the body without its docstring."""
+    return sum(1 for stmt in _body(node) for _ in ast.walk(stmt))
+
+
+def _body_text(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str]) -> str:
+    """The body's source lines (docstring dropped), normalised; `lines` is the file's."""
+    body = _body(node)
+    if not body:
+        return ""
+    return normal_lines("\n".join(lines[body[0].lineno - 1: body[-1].end_lineno]))
 
 
 def _parse(path: Path) -> tuple[ast.AST, str] | None:
@@ -141,7 +148,7 @@ def collect_secrets(root: Path, *, allow_hidden_tests: bool = False) -> Secrets:
 
 def _fingerprints(path: Path) -> set[str]:
     parsed = _parse(path)
-    return {fingerprint(node)[0] for node in functions(parsed[0])} if parsed else set()
+    return {fingerprint(node) for node in functions(parsed[0])} if parsed else set()
 
 
 def _secrets(path: Path, root: Path, kind: str, public: set[str]) -> list[Secret]:
@@ -149,13 +156,14 @@ def _secrets(path: Path, root: Path, kind: str, public: set[str]) -> list[Secret
     if parsed is None:
         return []
     tree, source = parsed
+    lines = source.splitlines()
     found = []
     for node in functions(tree):
-        print_, size = fingerprint(node)
-        if size < MIN_NODES or print_ in public:
+        print_ = fingerprint(node)
+        if body_size(node) < MIN_NODES or print_ in public:
             continue
         found.append(Secret(kind, f"{_rel(path, root)}::{node.name}", print_,
-                            _body_text(node, source)))
+                            _body_text(node, lines)))
     return found
 
 
@@ -186,7 +194,7 @@ def find_leaks(source_root: Path, release_dir: Path, *,
         seen: set[str] = set()
         for code in _code_of(path, text):
             for node in functions(code):
-                secret = by_print.get(fingerprint(node)[0])
+                secret = by_print.get(fingerprint(node))
                 if secret is not None and secret.origin not in seen:
                     seen.add(secret.origin)
                     leaks.append(Leak(relative, f"the body of {secret.kind} {secret.origin} "
