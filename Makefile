@@ -28,6 +28,10 @@ selfcheck: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m grader bench $(ARGS)
 
+## make release ARGS="--out DIR": the student repository, leak-checked (default --out release).
+release: $(STAMP)
+	$(PY) -m grader release $(or $(ARGS),--out release)
+
 lint: $(STAMP)
 	$(PY) -m ruff check .
 
