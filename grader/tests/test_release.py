@@ -188,7 +188,7 @@ def test_release_make_test_scores_the_stubs_zero_and_succeeds(release):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "MLSYS_"))}
     done = subprocess.run(
         ["make", "-C", str(release), "-o", f"{venv}/.installed", "test", f"VENV={venv}",
-         "ARGS=ring_allreduce -n 1 --select 'chunk_bounds or sum'"],
+         "ARGS=ring_allreduce -n 0 --select chunk_bounds"],
         capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     summary = (release / "grading" / "summary.md").read_text()
