@@ -9,7 +9,8 @@ mutants and its `.git` — before any untrusted code runs.
 
 `pr-grade` runs `python -m grader grade --sandbox strict` on the clean tree's own grader in a
 new process whose environment holds only `SCRUBBED_ENV_KEYS` (no tokens, no `GITHUB_*`,
-`ACTIONS_*` or `RUNNER_*` variables) and which starts with `python -I`. Without IDs it grades
+`ACTIONS_*` or `RUNNER_*` variables) and which starts with `python -I`; worksheets only with
+`--worksheets` (nbgrader runs notebooks outside the rank sandbox). Without IDs it grades
 the assignments whose files pr-apply took from the pull request; when there are none it grades
 nothing and says so (the comment then lists what was ignored).
 """
@@ -43,14 +44,21 @@ def scrubbed_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 def grade_command(tree: Path, out: Path, ids: Sequence[str], *, sandbox: str = "strict",
-                  select: str | None = None, workers: int = 2) -> list[str]:
-    """argv of the isolated grading process: the clean tree's grader, `python -I`."""
+                  select: str | None = None, workers: int = 2,
+                  worksheets: bool = False) -> list[str]:
+    """argv of the isolated grading process: the clean tree's grader, `python -I`.
+
+    Worksheets are left out unless asked for: nbgrader runs a student's notebook outside the
+    rank sandbox, where it could read the hidden suites in the clean tree.
+    """
     tree = tree.resolve()
     command = [sys.executable, "-I", "-c", _BOOTSTRAP.format(root=str(tree)), "--root", str(tree),
                "grade", *ids, "--impl", "assignments", "--out", str(out.resolve()),
                "--sandbox", sandbox, "-n", str(workers)]
     if select:
         command += ["--select", select]
+    if not worksheets:
+        command.append("--no-worksheets")
     return command
 
 
@@ -73,10 +81,11 @@ def install_suites(private: Path, tree: Path, *, keep_source: bool = False) -> i
 
 
 def run_grade(tree: Path, out: Path, ids: Sequence[str], *, sandbox: str = "strict",
-              select: str | None = None, workers: int = 2, timeout: float = 3600.0,
-              environ: Mapping[str, str] | None = None) -> int:
+              select: str | None = None, workers: int = 2, worksheets: bool = False,
+              timeout: float = 3600.0, environ: Mapping[str, str] | None = None) -> int:
     """Grade in a scrubbed child process; its output streams through. Returns its exit code."""
-    command = grade_command(tree, out, ids, sandbox=sandbox, select=select, workers=workers)
+    command = grade_command(tree, out, ids, sandbox=sandbox, select=select, workers=workers,
+                            worksheets=worksheets)
     try:
         done = subprocess.run(command, cwd=tree, env=scrubbed_env(environ),
                               stdin=subprocess.DEVNULL, timeout=timeout, check=False)
@@ -113,6 +122,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     grade.add_argument("--select", default=None, metavar="EXPR",
                        help="grade only the tests matching this pytest -k expression")
     grade.add_argument("-n", "--workers", type=int, default=2)
+    grade.add_argument("--worksheets", action="store_true",
+                       help="also grade the nbgrader worksheets (they run outside the rank "
+                       "sandbox: only where the hidden suites need no protection)")
     grade.set_defaults(handler=_grade_command)
 
 
@@ -139,4 +151,4 @@ def _grade_command(args: argparse.Namespace, course: Course) -> int:
     print(f"grading {', '.join(ids) or 'every assignment'} in {args.tree} "
           f"(scrubbed environment, python -I, --sandbox {args.sandbox})", flush=True)
     return run_grade(args.tree, args.out, ids, sandbox=args.sandbox, select=args.select,
-                     workers=args.workers)
+                     workers=args.workers, worksheets=args.worksheets)

@@ -194,6 +194,8 @@ def test_pr_grade_defaults_to_strict_in_a_clean_env(tmp_path):
     command = grade_command(tmp_path, tmp_path / "out", ["ring_allreduce"])
     assert command[1] == "-I" and command[command.index("--sandbox") + 1] == "strict"
     assert command[command.index("--impl") + 1] == "assignments"
+    assert "--no-worksheets" in command  # notebooks run outside the sandbox: opt-in only
+    assert "--no-worksheets" not in grade_command(tmp_path, tmp_path, [], worksheets=True)
     env = scrubbed_env({"PATH": "/bin", "HOME": "/h", "GITHUB_TOKEN": "t", "ACTIONS_X": "x",
                         "RUNNER_TEMP": "/r", "PYTHONPATH": "/evil", "LANG": "C.UTF-8"})
     assert env == {"PATH": "/bin", "HOME": "/h", "LANG": "C.UTF-8"}
