@@ -147,8 +147,10 @@ def editable_table(course: Course) -> str:
         by_assignment.setdefault(assignment_id, []).append(path)
     for number, a in enumerate(course.assignments, start=1):
         files = ", ".join(f"`{p}`" for p in sorted(by_assignment.get(a.id, [])))
+        points = f"{a.points} + {a.worksheet_points} worksheet" if a.worksheet_points \
+            else str(a.points)
         lines.append(f"| {number} | [{a.id}](assignments/{a.id}/README.md) — {a.title} "
-                     f"| {files} | {a.points} |")
+                     f"| {files} | {points} |")
     return "\n".join(lines)
 
 
