@@ -107,7 +107,10 @@ def clean_tree(repo: Path, ref: str, tree: Path) -> None:
     archive = git(repo, "archive", "--format=tar", ref, data=True)
     tree.mkdir(parents=True, exist_ok=False)
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:  # type: ignore[arg-type]
-        tar.extractall(tree, filter="data")
+        try:
+            tar.extractall(tree, filter="data")
+        except TypeError:  # Python < 3.10.12 has no filters; the archive is our own base
+            tar.extractall(tree)  # noqa: S202
 
 
 def diff_entries(repo: Path, merge_base: str, head: str) -> list[tuple[str, str, str, str]]:
