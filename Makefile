@@ -15,7 +15,7 @@ $(STAMP): requirements.txt constraints.txt
 
 ## make test: the project's own tests (harness, grader), then the selfcheck of every assignment.
 test: $(STAMP)
-	$(PY) -m pytest -n 2 --dist loadgroup harness/tests grader/tests
+	$(PY) -m pytest -n 2 harness/tests grader/tests
 	$(PY) -m grader selfcheck
 
 ## make grade ARGS="ring_allreduce --impl solutions": grade public + hidden suites.

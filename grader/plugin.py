@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,11 +91,29 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(exc)) from None
     roots = [REPO_ROOT / "grader" / "suites"]
     roots += [Path(p).resolve() for p in config.getoption("hidden_root")]
+    _provide_suites_package(roots[1:])
     sandbox_status = _enable_sandbox(config.getoption("sandbox"), impl, roots)
     config.stash[STATE] = _State(impl=impl, impl_label=label,
                                  results_path=config.getoption("mlsys_results"),
                                  progress=config.getoption("mlsys_progress"), hidden_roots=roots,
                                  sandbox=sandbox_status)
+
+
+def _provide_suites_package(hidden_roots: list[Path]) -> None:
+    """Hidden suites import `grader.suites.<id>._common`. A student release ships no
+    grader/suites, so when the suites come from elsewhere (`--suites PATH`), make
+    `grader.suites` the package whose folder is that path."""
+    if (REPO_ROOT / "grader" / "suites").is_dir() or not hidden_roots:
+        return
+    import types
+
+    import grader
+
+    package = types.ModuleType("grader.suites")
+    package.__path__ = [str(p) for p in hidden_roots]
+    package.__package__ = "grader.suites"
+    sys.modules.setdefault("grader.suites", package)
+    grader.suites = sys.modules["grader.suites"]
 
 
 def _enable_sandbox(mode: str, impl: str, hidden_roots: list[Path]) -> dict[str, Any]:

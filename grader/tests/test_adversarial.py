@@ -1,9 +1,9 @@
 """The adversarial corpus (grader/tests/adversarial/cases): every attack gets the score it
 deserves, with the expected reason, no leaked canary, no injected markup, and no survivor.
 
-Each case grades a submission in a fresh `python -m grader grade --sandbox on` process. The
-cases share one xdist group (`make test` uses --dist loadgroup) because each judges "no process
-survived" by the processes that appeared while it ran; they run one after another.
+Each case grades a submission in a fresh `python -m grader grade --sandbox on` process. Cases
+may run side by side under xdist: each judges "no process survived" by its own descendants (the
+runner adopts orphans as a subreaper), never by what else runs on the machine.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ def test_the_corpus_covers_every_listed_attack():
         assert (case.folder / "submission").is_dir(), f"{case.name}: no submission/"
 
 
-@pytest.mark.xdist_group("adversarial")
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_attack_is_graded_correctly(case):
     result = adversarial.run_case(case)

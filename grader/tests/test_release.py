@@ -6,6 +6,7 @@ The release is built once per module (a few seconds); planted leaks go into copi
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 import shutil
@@ -195,6 +196,20 @@ def test_release_make_test_scores_the_stubs_zero_and_succeeds(release):
     assert "## mlsys-labs grade: 0 / " in summary and "not implemented yet" in summary
     assert "hidden" not in summary.split("### ring")[1]  # no hidden suites shipped
     shutil.rmtree(release / "grading")
+
+
+def test_release_grades_with_hidden_suites_supplied_from_outside(release, tmp_path):
+    """`python -m grader grade --suites PATH` in a release: the suites' own imports of
+    grader.suites.<id>._common resolve to PATH, and the hidden tests are graded."""
+    done = subprocess.run(
+        [sys.executable, "-m", "grader", "grade", "ring_allreduce", "--impl",
+         str(REPO_ROOT / "solutions"), "--suites", str(REPO_ROOT / "grader" / "suites"),
+         "--out", str(tmp_path / "out"), "-n", "0", "--select", "chunk_bounds"],
+        cwd=release, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    hidden = [t for t in results["tests"] if "hidden" in t["tags"]]
+    assert hidden and all(t["score"] == t["max_score"] for t in results["tests"])
 
 
 def test_pr_comment_runs_in_a_release_without_torch(release, tmp_path):
