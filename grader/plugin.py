@@ -40,6 +40,8 @@ class TestOutcome:
     not_implemented: bool = False
     not_graded_here: bool = False
     duration: float = 0.0
+    margin: float | None = None  # worst observed error / tolerance of its comparisons
+    margin_at: str = ""  # which comparison that was
 
 
 @dataclass
@@ -74,6 +76,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--sandbox", choices=("off", "on", "strict"), default="off",
                     help="run ranks sandboxed (harness/sandbox.py); strict: fail unless the "
                          "full sandbox could be set up")
+    group.addoption("--seed-shift", type=int, default=0, metavar="K",
+                    help="shift every seed the suites draw inputs from (grader/seeds.py); "
+                         "selfcheck's margin runs use 1, 2, ...")
+    group.addoption("--rank-threads", type=int, default=1, metavar="N",
+                    help="torch threads per rank (default 1; selfcheck's margin runs try 2)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -81,6 +88,7 @@ def pytest_configure(config: pytest.Config) -> None:
                                        "e.g. @pytest.mark.points(5)")
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU; skipped with a reason on CPU")
     impl = label = config.getoption("impl") or os.environ.get("MLSYS_IMPL") or "assignments"
+    _set_variation(config.getoption("seed_shift"), config.getoption("rank_threads"))
     root = Path(config.rootpath).resolve()
     if impl in ("assignments", "solutions") and root != REPO_ROOT and (root / impl).is_dir():
         # `python -m grader --root OTHER grade`: grade that checkout's folder, not ours.
@@ -97,6 +105,18 @@ def pytest_configure(config: pytest.Config) -> None:
                                  results_path=config.getoption("mlsys_results"),
                                  progress=config.getoption("mlsys_progress"), hidden_roots=roots,
                                  sandbox=sandbox_status)
+
+
+def _set_variation(seed_shift: int, rank_threads: int) -> None:
+    """Apply --seed-shift and --rank-threads (before any launch starts the forkserver)."""
+    from grader import seeds
+    from harness import launcher
+
+    try:
+        seeds.set_shift(seed_shift)
+        launcher.set_rank_threads(rank_threads)
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def _provide_suites_package(hidden_roots: list[Path]) -> None:
@@ -205,6 +225,13 @@ def short_reason(excinfo: pytest.ExceptionInfo[BaseException] | None) -> tuple[s
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
     report = yield
+    from grader.compare import take_margins  # torch: only once a test ran
+
+    margins = take_margins()
+    if margins:
+        worst = max(margins, key=lambda m: m.ratio)
+        report.user_properties = [*report.user_properties, ("margin", worst.ratio),
+                                  ("margin_at", worst.what[:REASON_CHARS])]
     if report.failed:
         reason, kind = short_reason(call.excinfo)
         report.user_properties = [*report.user_properties, ("reason", reason),
@@ -247,6 +274,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
                               points=int(props["points"]))
         state.tests[report.nodeid] = outcome
     outcome.duration += report.duration
+    margin = props.get("margin")
+    if isinstance(margin, (int, float)) and (outcome.margin is None or margin > outcome.margin):
+        outcome.margin, outcome.margin_at = float(margin), str(props.get("margin_at", ""))
     if report.failed and outcome.outcome not in ("failed", "error"):
         # A launch failing inside a shared fixture is the code's failure, not the suite's.
         assertion_like = props.get("failure_kind") in ("assertion", "not_implemented")

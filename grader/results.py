@@ -43,6 +43,10 @@ class TestResult:
     not_graded_here: bool = False
     duration: float = 0.0
     part: str = "suite"  # one of PARTS
+    # Worst observed error / tolerance over the test's comparisons (None: it compared nothing
+    # with a tolerance); selfcheck's margin report, never shown to students.
+    margin: float | None = None
+    margin_at: str = ""
 
     @property
     def passed(self) -> bool:
@@ -231,6 +235,11 @@ def _test(item: Any, where: str) -> TestResult:
     values["part"] = item.get("part", "suite")  # optional: the plugin writes suites only
     if values["part"] not in PARTS:
         raise ResultsError(f"{where}.part: {values['part']!r} is not one of {PARTS}")
+    margin = item.get("margin")  # optional: only tests that compared with a tolerance
+    if margin is not None and (isinstance(margin, bool) or not isinstance(margin, (int, float))):
+        raise ResultsError(f"{where}.margin: expected a number or null, got {margin!r}")
+    values["margin"] = None if margin is None else float(margin)
+    values["margin_at"] = str(item.get("margin_at", ""))
     return TestResult(**values)
 
 

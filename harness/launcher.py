@@ -44,6 +44,18 @@ RANK_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREAD
 OUTPUT_TAIL_CHARS = 3000
 STACK_DUMP_WAIT_S = 2.0
 MAX_FILE_BYTES = 256 * 1024 * 1024
+_rank_threads = 1
+
+
+def set_rank_threads(threads: int) -> None:
+    """Torch threads of every rank launched from now on (default 1, one per rank).
+
+    Grading uses 1; `selfcheck` also runs the solutions with 2 to show that the tolerances do
+    not depend on how a reduction is split over threads."""
+    global _rank_threads
+    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
+        raise ValueError(f"rank threads must be a positive int, not {threads!r}")
+    _rank_threads = threads
 
 
 @dataclass(frozen=True)
@@ -355,7 +367,8 @@ def launch(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] =
                         impl=spec, fn_qualname=qualname,
                         seed=seed, forbid=forbid, pg_timeout_s=timeout + 30.0,
                         max_result_bytes=max_result_bytes, max_file_bytes=MAX_FILE_BYTES,
-                        has_rank_args=rank_args is not None, env={**_rank_env(), **(env or {})})
+                        has_rank_args=rank_args is not None, env={**_rank_env(), **(env or {})},
+                        threads=_rank_threads)
                 for r in range(world_size)]
         if rank_args is not None:
             for job, extra in zip(jobs, rank_args):

@@ -54,6 +54,7 @@ class RankJob:
     max_file_bytes: int
     has_rank_args: bool
     env: dict[str, str] = field(default_factory=dict)
+    threads: int = 1  # torch intra-op threads; selfcheck's margin runs also try 2
 
     def path(self, suffix: str) -> str:
         return os.path.join(self.workdir, f"rank{self.rank}.{suffix}")
@@ -111,7 +112,7 @@ def _seed_everything(seed: int) -> None:
 
 def _run(job: RankJob) -> tuple[Any, CommLog]:
     os.environ.update(job.env)
-    torch.set_num_threads(1)
+    torch.set_num_threads(job.threads)
     _seed_everything(job.seed + job.rank)
     device = torch.device("cpu")
     if job.backend == "nccl":

@@ -17,6 +17,7 @@ import torch
 
 from assignments.cuda_graph_decode.model import DecoderConfig, build_model
 from grader.compare import assert_close
+from grader.seeds import seeded_generator
 
 CONFIG = {"vocab_size": 50, "hidden": 32, "num_layers": 2, "num_heads": 4, "max_batch": 12,
           "max_len": 16}
@@ -27,7 +28,7 @@ Step = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 def make_steps(sizes: list[int], lengths: list[int], seed: int) -> list[Step]:
     """(tokens, positions, rows) per step; each chosen row decodes at its next free position."""
-    gen = torch.Generator().manual_seed(seed)
+    gen = seeded_generator(seed)
     steps = []
     for size in sizes:
         rows = torch.randperm(len(lengths), generator=gen)[:size]

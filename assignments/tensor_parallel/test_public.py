@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from grader.compare import assert_close
+from grader.seeds import seeded_generator, shifted
 
 WORLD = 2
 DTYPE = torch.float64
@@ -24,11 +25,11 @@ SHAPE = (2, 3)  # batch, seq
 
 
 def randn(seed: int, *shape: int) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=DTYPE)
+    return torch.randn(*shape, generator=seeded_generator(seed), dtype=DTYPE)
 
 
 def dense(in_features: int, out_features: int, seed: int) -> nn.Linear:
-    torch.manual_seed(seed)
+    torch.manual_seed(shifted(seed))
     return nn.Linear(in_features, out_features).to(DTYPE)
 
 

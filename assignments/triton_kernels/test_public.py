@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from grader.compare import assert_close
+from grader.seeds import seeded_generator
 from harness.compute_guard import ComputeGuard
 
 INTERPRET_ENV = {"TRITON_INTERPRET": "1"}
@@ -22,7 +23,7 @@ BLOCK_SIZE = 8
 
 # -- inputs and references (this process) ------------------------------------------------------
 def make_inputs() -> dict[str, tuple]:
-    gen = torch.Generator().manual_seed(0)
+    gen = seeded_generator(0)
     x = torch.randn(5, 200, generator=gen)
     big = torch.randn(3, 90, generator=gen) * 1e4
     q, k, v = (torch.randn(1, 2, 37, 16, generator=gen) for _ in range(3))

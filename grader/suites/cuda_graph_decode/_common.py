@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from grader.compare import assert_close
+from grader.seeds import seeded_generator
 
 CONFIG = {"vocab_size": 61, "hidden": 32, "num_layers": 2, "num_heads": 4, "max_batch": 12,
           "max_len": 40}
@@ -33,7 +34,7 @@ def make_schedule(sizes: list[int], seed: int, lengths: list[int]) -> list[Step]
 
     Each chosen row decodes at its current length (the next free position), as a server would.
     """
-    gen = torch.Generator().manual_seed(seed)
+    gen = seeded_generator(seed)
     steps = []
     for size in sizes:
         rows = torch.randperm(len(lengths), generator=gen)[:size]

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import torch
 
+from grader.seeds import seeded_generator
+
 VOCAB, D_MODEL, HEADS, HEAD_DIM, LAYERS, MAX_POS = 48, 16, 2, 8, 2, 256
 
 
 def make_weights(seed: int) -> dict[str, torch.Tensor]:
-    gen = torch.Generator().manual_seed(seed)
+    gen = seeded_generator(seed)
 
     def rand(*shape: int, std: float) -> torch.Tensor:
         return torch.randn(*shape, generator=gen, dtype=torch.float64) * std

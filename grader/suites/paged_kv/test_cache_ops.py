@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from grader.compare import assert_close
+from grader.seeds import seeded_generator
 
 SHAPE = (6, 4, 2, 3)  # [num_blocks, block_size, kv_heads, head_dim]
 
@@ -24,7 +25,7 @@ def rank_cache_ops(ctx, cases):
 
 
 def _cases() -> dict[str, dict]:
-    gen = torch.Generator().manual_seed(3)
+    gen = seeded_generator(3)
     numel = SHAPE[0] * SHAPE[1]
 
     def cache() -> torch.Tensor:

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from grader.compare import assert_close
+from grader.seeds import seeded_generator
 
 
 def rank_attention(ctx, cases):
@@ -47,7 +48,7 @@ def rank_count_ops(ctx, cases):
 def make_case(seed: int, lens: list[int], block_size: int, heads: int, kv_heads: int,
               dim: int, dtype: torch.dtype, extra_pad: int = 1, scale: float | None = None,
               num_blocks: int | None = None) -> dict:
-    gen = torch.Generator().manual_seed(seed)
+    gen = seeded_generator(seed)
     needed = [-(-n // block_size) for n in lens]
     width = max(needed) + extra_pad
     num_blocks = num_blocks or sum(needed) + 3

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from grader.seeds import seeded_generator
 from grader.suites.ppo._common import F64, close, grad_of, probe, result, run_probes
 
 N = 12
@@ -18,13 +19,13 @@ EPS = 0.2
 
 
 def old_logp(seed: int, shape: tuple[int, ...] = (N,)) -> torch.Tensor:
-    gen = torch.Generator().manual_seed(seed)
+    gen = seeded_generator(seed)
     return torch.rand(shape, generator=gen, dtype=F64).mul(3.0).add(0.1).neg()  # log-probs < 0
 
 
 def advantages(seed: int, sign: float = 0.0, shape: tuple[int, ...] = (N,)) -> torch.Tensor:
     """Random advantages; sign +1/-1 forces all positive/negative (magnitudes in [0.1, 2.1])."""
-    gen = torch.Generator().manual_seed(seed)
+    gen = seeded_generator(seed)
     if sign:
         return sign * (torch.rand(shape, generator=gen, dtype=F64) * 2.0 + 0.1)
     return torch.randn(shape, generator=gen, dtype=F64)
@@ -45,7 +46,7 @@ def reference(logp_new, logp_old, adv, eps, mask=None) -> tuple[torch.Tensor, di
 
 
 def mixed_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    gen = torch.Generator().manual_seed(35)
+    gen = seeded_generator(35)
     old = old_logp(34)
     ratios = torch.rand(N, generator=gen, dtype=F64) * 1.1 + 0.5  # in [0.5, 1.6]
     return at_ratio(old, ratios), old, advantages(36)
@@ -54,7 +55,7 @@ def mixed_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 def masked_inputs() -> tuple[torch.Tensor, ...]:
     """[3, 5] with padding whose ratio is e^5 and whose advantages are huge."""
     shape = (3, 5)
-    gen = torch.Generator().manual_seed(37)
+    gen = seeded_generator(37)
     old = old_logp(38, shape)
     new = old + (torch.rand(shape, generator=gen, dtype=F64) - 0.5) * 0.8
     adv = advantages(39, shape=shape)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from grader.seeds import seeded_generator
 from grader.suites.ppo._common import F64, close, probe, result, run_probes
 
 F32 = torch.float32
@@ -13,7 +14,7 @@ GARBAGE_VALUE = 50.0  # next_values at terminated steps: must never be used
 
 def rollout(seed: int, steps: int, envs: int) -> dict[str, torch.Tensor]:
     """Random float32 rewards, values and next values of shape [steps, envs], no episode end."""
-    gen = torch.Generator().manual_seed(seed)
+    gen = seeded_generator(seed)
     return {
         "rewards": torch.randn(steps, envs, generator=gen).to(F32),
         "values": torch.randn(steps, envs, generator=gen).to(F32),
@@ -45,7 +46,7 @@ def chained(data: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 def mixed(seed: int) -> dict[str, torch.Tensor]:
     """16 steps of 5 envs with random terminations and truncations (never both at once)."""
     data = rollout(seed, 16, 5)
-    gen = torch.Generator().manual_seed(seed + 1)
+    gen = seeded_generator(seed + 1)
     ends = torch.rand(16, 5, generator=gen)
     data["terminated"] = ends < 0.15
     data["truncated"] = (ends >= 0.15) & (ends < 0.25)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from grader.seeds import seeded_generator
 from grader.suites.ppo._common import (
     F64,
     close,
@@ -21,7 +22,7 @@ GARBAGE = 1e4  # what padded positions hold: large, so a leak is obvious
 
 def padded_batch() -> tuple[torch.Tensor, torch.Tensor]:
     """x [4, 6] float64 with a right-padded, a left-padded, a full and an empty row."""
-    gen = torch.Generator().manual_seed(11)
+    gen = seeded_generator(11)
     x = torch.randn(4, 6, generator=gen, dtype=F64)
     mask = torch.tensor([[1, 1, 1, 0, 0, 0], [0, 0, 1, 1, 1, 1], [1] * 6, [0] * 6],
                         dtype=torch.bool)
@@ -44,7 +45,7 @@ def ref_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.
 
 def build() -> dict[str, dict]:
     x, mask = padded_batch()
-    gen = torch.Generator().manual_seed(12)
+    gen = seeded_generator(12)
     weights = torch.randn(4, generator=gen, dtype=F64)
     single = torch.tensor([[3.5, GARBAGE, GARBAGE]], dtype=F64)
     return {
@@ -104,7 +105,7 @@ def test_masked_mean_without_mask_and_gradient(probes):
           "gradient of masked_mean(x) w.r.t. x", "each element weighs 1/numel")
     close(result(probes, "mean_nomask_dim", "masked_mean")["result"], x[:3].mean(1),
           "masked_mean(x, None, dim=1)", "equals x.mean(1)")
-    weights = torch.randn(4, generator=torch.Generator().manual_seed(12), dtype=F64)
+    weights = torch.randn(4, generator=seeded_generator(12), dtype=F64)
     counts = mask.sum(1).clamp(min=1).to(F64)
     expected = torch.where(mask, (weights / counts)[:, None], 0.0)
     grad = grad_of(result(probes, "mean_grad", "masked_mean"), 0, "masked_mean", like=x)

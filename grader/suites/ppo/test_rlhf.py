@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from grader.seeds import seeded_generator
 from grader.suites.ppo._common import F64, close, probe, result, run_probes
 
 KL_COEF = 0.05
@@ -12,7 +13,7 @@ KL_COEF = 0.05
 
 def token_logps(seed: int, shape: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
     """(logp, ref_logp) of sampled tokens: log-probabilities in (-4, 0), log-ratios up to +-3."""
-    gen = torch.Generator().manual_seed(seed)
+    gen = seeded_generator(seed)
     logp = -torch.rand(shape, generator=gen, dtype=F64) * 4.0
     return logp, logp - (torch.rand(shape, generator=gen, dtype=F64) - 0.5) * 6.0
 

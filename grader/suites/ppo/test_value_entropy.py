@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from grader.seeds import seeded_generator
 from grader.suites.ppo._common import F64, close, finite, grad_of, probe, result, run_probes
 
 VALUE_EPS = 0.2
@@ -14,7 +15,7 @@ INF = float("inf")
 
 
 def value_inputs(seed: int, shape: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
-    gen = torch.Generator().manual_seed(seed)
+    gen = seeded_generator(seed)
     return (torch.randn(shape, generator=gen, dtype=F64),
             torch.randn(shape, generator=gen, dtype=F64) * 2.0)
 
@@ -54,7 +55,7 @@ INF_LOGITS = torch.tensor([[0.0, -INF, 0.0], [-INF, 5.0, -INF], [1.0, 1.0, -INF]
 
 
 def batch_logits() -> tuple[torch.Tensor, torch.Tensor]:
-    gen = torch.Generator().manual_seed(51)
+    gen = seeded_generator(51)
     return (torch.randn(2, 3, 4, generator=gen, dtype=F64) * 2.0,
             torch.randn(2, 3, generator=gen, dtype=F64))
 

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from grader.compare import assert_close
+from grader.seeds import seeded_generator
 from grader.suites.ring_allreduce._common import (
     HANG_TIMEOUT_S,
     SHIFT_ONLY,
@@ -31,7 +32,7 @@ SUBGROUPS = ((0, 1, 3), (1, 3), (0, 2))
 
 
 def build_cases(world_size: int, groups: tuple[tuple[int, ...], ...] = ((),)) -> list[Case]:
-    gen = torch.Generator().manual_seed(2000 + world_size)
+    gen = seeded_generator(2000 + world_size)
     cases = []
     for group in groups:
         members = f" on group {list(group)}" if group else ""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from grader.seeds import seeded_generator
 from grader.suites.ring_allreduce._common import (
     FLOAT_DTYPES,
     INT_DTYPES,
@@ -37,7 +38,7 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 def build_cases(world_size: int) -> list[Case]:
     """Every case of one world size, with inputs drawn from a fixed seed."""
-    gen = torch.Generator().manual_seed(1000 + world_size)
+    gen = seeded_generator(1000 + world_size)
     n = world_size
     cases: list[Case] = []
     size_names = {0: "D=0", 1: "D=1", n - 1: "D=N-1", n + 1: "D=N+1", LARGE_PRIME: "large D"}

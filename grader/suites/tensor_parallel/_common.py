@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from grader.compare import assert_close
+from grader.seeds import seeded_generator, shifted
 from harness import CommRecord
 
 DTYPE = torch.float64
@@ -44,7 +45,7 @@ NOT_COMMUNICATION = frozenset({"mark"})
 
 def dense_linear(in_features: int, out_features: int, bias: bool, seed: int) -> nn.Linear:
     """nn.Linear initialised from `seed`, in float64."""
-    torch.manual_seed(seed)
+    torch.manual_seed(shifted(seed))
     return nn.Linear(in_features, out_features, bias=bias).to(DTYPE)
 
 
@@ -55,7 +56,7 @@ def linear_state(linear: nn.Linear) -> dict[str, torch.Tensor | None]:
 
 
 def randn(seed: int, *shape: int) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=DTYPE)
+    return torch.randn(*shape, generator=seeded_generator(seed), dtype=DTYPE)
 
 
 def grads_of(linear: nn.Linear) -> dict[str, torch.Tensor | None]:

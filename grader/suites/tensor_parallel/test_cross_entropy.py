@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from grader.seeds import seeded_generator
 from grader.suites.tensor_parallel._common import (
     ALL_REDUCE_OPS,
     BACKEND,
@@ -39,7 +40,7 @@ def _targets() -> torch.Tensor:
     """Both sides of every boundary of 2 and 4 shards, then a few others."""
     edges = [0, 7, 8, 15, 16, 23, 24, 31]
     others = torch.randint(0, VOCAB, (TOKENS - len(edges),),
-                           generator=torch.Generator().manual_seed(61)).tolist()
+                           generator=seeded_generator(61)).tolist()
     return torch.tensor(edges + others, dtype=torch.int64).reshape(SHAPE)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from grader.seeds import seeded_generator
 from grader.suites.triton_kernels._common import (
     Case,
     attention_ref,
@@ -24,7 +25,7 @@ from grader.suites.triton_kernels._common import (
 
 
 def build_cases() -> dict[str, Case]:
-    gen = torch.Generator().manual_seed(10)
+    gen = seeded_generator(10)
     x = torch.randn(3, 50, generator=gen)
     w = torch.randn(50, generator=gen)
     q, k, v = (torch.randn(1, 1, 20, 16, generator=gen) for _ in range(3))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from grader.seeds import seeded_generator
 from grader.suites.triton_kernels._common import Case, attention_ref, check, run
 
 ONLINE_HINT = ("when the running max grows, rescale both the running sum and the accumulator "
@@ -19,7 +20,7 @@ CAUSAL_HINT = "query i sees keys j <= i (j == i included), and padded keys never
 
 
 def build_cases() -> dict[str, Case]:
-    gen = torch.Generator().manual_seed(40)
+    gen = seeded_generator(40)
 
     def case(key: str, shape: tuple[int, ...], what: str = "", causal: bool = False,
              k_seq: int | None = None, scale: float | None = None, magnitude: float = 1.0,

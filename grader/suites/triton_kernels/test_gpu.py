@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from grader.bench.triton_kernels import bench_rank
+from grader.seeds import seeded_generator
 from grader.suites.triton_kernels._common import (
     Case,
     attention_ref,
@@ -33,7 +34,7 @@ MAX_RATIOS = {"softmax": 2.0, "rms_norm": 2.0, "flash_attention": 4.0,
 
 
 def build_cases() -> dict[str, Case]:
-    gen = torch.Generator().manual_seed(60)
+    gen = seeded_generator(60)
     x = torch.randn(300, 781, generator=gen) * 50
     w = torch.randn(781, generator=gen)
     q, k, v = (torch.randn(2, 4, 333, 64, generator=gen) for _ in range(3))

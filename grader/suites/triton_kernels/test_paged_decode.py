@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from grader.seeds import seeded_generator
 from grader.suites.triton_kernels._common import Case, check, paged_inputs, paged_ref, run
 
 LENGTH_HINT = ("mask the slots of the last block past context_lens[b], and read token t of "
@@ -19,7 +20,7 @@ TABLE_HINT = "token t of sequence b lives in block block_tables[b, t // block_si
 
 
 def build_cases() -> dict[str, Case]:
-    gen = torch.Generator().manual_seed(50)
+    gen = seeded_generator(50)
 
     def case(key: str, lengths: list[int], block_size: int, what: str = "",
              hint: str = LENGTH_HINT, scale: float | None = None,

@@ -9,13 +9,14 @@ from __future__ import annotations
 import pytest
 import torch
 
+from grader.seeds import seeded_generator
 from grader.suites.triton_kernels._common import Case, check, rms_norm_ref, run
 
 MEAN_HINT = "divide the sum of squares by the row width, not by your block size"
 
 
 def build_cases() -> dict[str, Case]:
-    gen = torch.Generator().manual_seed(30)
+    gen = seeded_generator(30)
 
     def case(key: str, x: torch.Tensor, w: torch.Tensor, what: str, eps: float | None = None,
              hint: str = MEAN_HINT, layout: str = "contiguous") -> tuple[str, Case]:

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from grader.seeds import seeded_generator, shifted
 from harness import CommRecord
 from harness.launcher import preload
 
@@ -76,7 +77,7 @@ class TinyNet(nn.Module):
 
 def build_model(spec: dict) -> nn.Module:
     """The model of `spec`, initialised from `spec["seed"]`, in `spec["dtype"]`."""
-    torch.manual_seed(spec["seed"])
+    torch.manual_seed(shifted(spec["seed"]))
     if spec["arch"] == "tiny":
         model: nn.Module = TinyNet()
     else:
@@ -103,7 +104,7 @@ def out_features(spec: dict) -> int:
 
 def make_data(spec: dict, world_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Inputs [steps, world*batch, in] and targets [steps, world*batch, out] of the spec."""
-    gen = torch.Generator().manual_seed(spec["seed"] + 1)
+    gen = seeded_generator(spec["seed"] + 1)
     rows = world_size * spec["batch"]
     dtype = getattr(torch, spec["dtype"])
     x = torch.randn(spec["steps"], rows, in_features(spec), generator=gen, dtype=dtype)
