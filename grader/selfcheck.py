@@ -11,6 +11,9 @@ Per assignment, five checks (DESIGN.md, principle 5):
   for another reason is a breach;
 - mutants: every `solutions/<id>/mutants/<name>.py` fails at least one test (run with `-x`;
   the test that caught it is printed);
+- margins: the solution also passes with every seed shifted and with 2 torch threads per rank
+  (`MARGIN_RUNS`), and over all those runs no comparison uses more than half its tolerance
+  (observed error / tolerance ≤ `grader.compare.MAX_MARGIN`); the worst margin is printed;
 - worksheet: the nbgrader worksheet's source scores full marks, its committed student version
   is up to date, scores zero and holds no solution or hidden test (`grader/worksheets.py`).
 
@@ -25,13 +28,17 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader.compare import MAX_MARGIN
 from grader.manifest import Assignment, Course
 from grader.reports import format_table
 from grader.results import RunResult, error_summary
 from grader.runner import Session, run_session, stop_all_sessions, suite_paths
 from grader.signatures import compare_files
 
-CHECKS = ("signatures", "points", "solution", "stub", "mutants", "worksheet")
+CHECKS = ("signatures", "points", "solution", "stub", "mutants", "margins", "worksheet")
+# The solution's extra runs for the margin check: (seed shift, torch threads per rank). With the
+# graded run (0, 1) that is three draws of every input and both thread counts.
+MARGIN_RUNS: tuple[tuple[int, int], ...] = ((1, 2), (2, 1))
 
 
 @dataclass(frozen=True)
@@ -39,15 +46,63 @@ class Job:
     """One pytest session of the selfcheck."""
 
     assignment: str
-    kind: str  # "solution", "stub" or "mutant"
+    kind: str  # "solution", "stub", "mutant" or "margin" (the solution, inputs varied)
     impl: str
     paths: tuple[Path, ...]
+    variation: tuple[int, int] = (0, 1)  # (seed shift, torch threads per rank)
 
     @property
     def label(self) -> str:
-        return f"{self.assignment} {self.impl}" if self.kind == "mutant" else (
-            f"{self.assignment} {self.kind}"
-        )
+        if self.kind == "mutant":
+            return f"{self.assignment} {self.impl}"
+        if self.kind == "margin":
+            return f"{self.assignment} solution ({variation_text(self.variation)})"
+        return f"{self.assignment} {self.kind}"
+
+    @property
+    def extra_args(self) -> tuple[str, ...]:
+        shift, threads = self.variation
+        if self.variation == (0, 1):
+            return ()
+        return ("--seed-shift", str(shift), "--rank-threads", str(threads))
+
+
+def variation_text(variation: tuple[int, int]) -> str:
+    shift, threads = variation
+    return f"seeds shifted by {shift}, {threads} thread{'s' if threads > 1 else ''} per rank"
+
+
+@dataclass
+class MarginReport:
+    """The worst margins of an assignment's solution runs: {(test node id): (ratio, where)}."""
+
+    worst: dict[str, tuple[float, str]] = field(default_factory=dict)
+
+    def add(self, run: RunResult, variation: tuple[int, int]) -> None:
+        for t in _graded(run):
+            if t.margin is None:
+                continue
+            where = f"{t.margin_at} [{variation_text(variation)}]"
+            if t.nodeid not in self.worst or t.margin > self.worst[t.nodeid][0]:
+                self.worst[t.nodeid] = (t.margin, where)
+
+    def breaches(self) -> list[str]:
+        return [
+            f"{nodeid}: the solution uses {ratio:.2f} of its tolerance at {where}; above "
+            f"{MAX_MARGIN} it passes by luck (derive the bound in grader/compare.py)"
+            for nodeid, (ratio, where) in sorted(self.worst.items())
+            if ratio > MAX_MARGIN
+        ]
+
+    @property
+    def worst_ratio(self) -> float:
+        return max((ratio for ratio, _ in self.worst.values()), default=0.0)
+
+    def summary(self) -> str:
+        if not self.worst:
+            return "no toleranced comparison"
+        nodeid, (ratio, where) = max(self.worst.items(), key=lambda item: item[1][0])
+        return f"worst {ratio:.2f} in {nodeid.rsplit('/', 1)[-1]}: {where}"
 
 
 @dataclass
@@ -132,14 +187,17 @@ def mutant_names(assignment_id: str, root: Path) -> list[str]:
 
 
 def plan(course: Course, ids: list[str], root: Path, suites: Path | None) -> list[Job]:
-    """Every session to run, cheap-to-judge ones first: solutions, stubs, then mutants."""
+    """Every session to run, cheap-to-judge ones first: solutions, stubs, margins, mutants."""
     jobs: list[Job] = []
-    for kind in ("solution", "stub", "mutant"):
+    for kind in ("solution", "stub", "margin", "mutant"):
         for assignment in course.select(ids):
             paths = tuple(suite_paths(assignment.id, root, suites))
             if not paths:
                 continue
-            if kind == "mutant":
+            if kind == "margin":
+                jobs += [Job(assignment.id, "margin", "solutions", paths, variation)
+                         for variation in MARGIN_RUNS]
+            elif kind == "mutant":
                 jobs += [
                     Job(assignment.id, "mutant", f"mutant:{assignment.id}/{name}", paths)
                     for name in mutant_names(assignment.id, root)
@@ -163,6 +221,7 @@ def selfcheck(
     started = time.perf_counter()
     assignments = course.select(ids)
     verdicts = {a.id: {c: Verdict() for c in CHECKS} for a in assignments}
+    margins = {a.id: MarginReport() for a in assignments}
     for a in assignments:
         start = time.perf_counter()
         verdicts[a.id]["signatures"].breaches += check_signatures(a, root)
@@ -189,21 +248,30 @@ def selfcheck(
         futures = {
             pool.submit(
                 run_session, job.paths, job.impl, stop_first=job.kind == "mutant",
-                timeout=timeout, root=root, suites=suites,
+                timeout=timeout, root=root, suites=suites, extra=job.extra_args,
             ): job
             for job in todo
         }
         try:
             for done, future in enumerate(as_completed(futures), start=1):
                 job = futures[future]
-                line = _record(job, future.result(), verdicts[job.assignment], course)
+                line = _record(job, future.result(), verdicts[job.assignment], course,
+                               margins[job.assignment])
                 echo(f"[{done:>{len(str(len(todo)))}}/{len(todo)}] {line}")
         except BaseException:  # Ctrl-C or SIGTERM: end the running sessions, start no more
             pool.shutdown(wait=False, cancel_futures=True)
             stop_all_sessions()
             raise
+    for aid, report in margins.items():
+        verdicts[aid]["margins"].breaches += report.breaches()
+        if report.worst:
+            verdicts[aid]["margins"].notes.append(f"{report.worst_ratio:.2f}")
     echo("")
     echo(_table(verdicts))
+    echo("\nTolerance margins (observed error / tolerance, the solution over "
+         f"{1 + len(MARGIN_RUNS)} runs; at most {MAX_MARGIN}):")
+    for aid, report in margins.items():
+        echo(f"  {aid}: {report.summary()}")
     breaches = [
         f"{aid} {check}: {b}"
         for aid, checks in verdicts.items()
@@ -236,9 +304,16 @@ def _check_worksheets(assignments: tuple[Assignment, ...], root: Path, suites: P
         verdict.seconds = (time.perf_counter() - start) / len(graded)
 
 
-def _record(job: Job, session: Session, checks: dict[str, Verdict], course: Course) -> str:
+def _record(job: Job, session: Session, checks: dict[str, Verdict], course: Course,
+            margins: MarginReport) -> str:
     """Judge a finished session into the assignment's verdicts; returns a progress line."""
-    if job.kind == "mutant":
+    if job.kind in ("solution", "margin") and session.result is not None:
+        margins.add(session.result, job.variation)
+    if job.kind == "margin":
+        breaches = [f"with {variation_text(job.variation)}: {b}"
+                    for b in judge_solution(session)]
+        verdict = checks["margins"]
+    elif job.kind == "mutant":
         name = job.impl.rsplit("/", 1)[-1]
         caught, breaches = judge_mutant(session, name)
         verdict = checks["mutants"]
@@ -268,6 +343,8 @@ def _table(verdicts: dict[str, dict[str, Verdict]]) -> str:
         for check in CHECKS:
             verdict = checks[check]
             mark = "✗" if verdict.breaches else ("✓" if verdict.ran else "-")
+            if check == "margins" and verdict.ran and verdict.notes:
+                mark += f" {verdict.notes[0]}"
             if check == "mutants" and verdict.ran:
                 mark += f" {len(verdict.notes)}/{verdict.sessions} caught"
             row.append(mark)
