@@ -2,7 +2,9 @@
 
 A `Case` is one call of a kernel wrapper: its inputs (built here from a fixed seed), a layout
 the rank applies before the call (to make inputs non-contiguous), and the expected output(s),
-computed here in float64 with plain torch and cast to the output dtype. `run(launch, fn, cases)`
+computed here in float64 with plain torch and kept in float64, so the tolerance (the float32
+default of `grader.compare`, or for attention the bound `attention_bound` derives from the
+inputs) measures the kernel's rounding alone. `run(launch, fn, cases)`
 sends every case of a module to one rank in one launch (see `_ranks.run_cases`); `check(case,
 result)` judges one case and raises AssertionError with a message whose first line says which
 call, how far off, and the likely fix, without the hidden inputs.
@@ -16,7 +18,7 @@ from typing import Any
 
 import torch
 
-from grader.compare import assert_close
+from grader.compare import Tolerance, assert_close, attention_bound, softmax_bound
 from grader.suites.triton_kernels._ranks import run_cases
 
 # Value tests run the kernels in Triton's interpreter on CPU tensors, on every machine, so a
@@ -36,6 +38,7 @@ class Case:
     kwargs: dict[str, Any] = field(default_factory=dict)
     layout: str = "contiguous"  # "contiguous" | "transposed" (2-D) | "bshd" (attention)
     hint: str = ""
+    tol: tuple[Tolerance, ...] | None = None  # per output; None: float32's default
 
     def payload(self) -> dict[str, Any]:
         """What the rank needs: no expected values travel to the code under test."""
@@ -69,14 +72,17 @@ def check(case: Case, result: dict[str, Any], *, check_lse: bool = True,
         if not isinstance(out, (tuple, list)) or len(out) != 2:
             raise AssertionError(f"{case.name}: returned {type(out).__name__}, expected the "
                                  f"tuple (out, lse)")
+        out_tol, lse_tol = case.tol or (None, None)
         if check_out:
-            assert_close(out[0], case.expected[0], what=f"{case.name}: out", hint=case.hint)
+            assert_close(out[0], case.expected[0], what=f"{case.name}: out", hint=case.hint,
+                         dtype=OUT_DTYPE, tol=out_tol)
         if check_lse:
             assert_close(out[1], case.expected[1], what=f"{case.name}: lse",
                          hint="lse is log(sum_j exp(scaled score)) in natural-log units, "
-                              "float32, [batch, heads, seq_q]")
+                              "float32, [batch, heads, seq_q]", dtype=OUT_DTYPE, tol=lse_tol)
         return
-    assert_close(out, case.expected, what=case.name, hint=case.hint)
+    assert_close(out, case.expected, what=case.name, hint=case.hint, dtype=OUT_DTYPE,
+                 tol=case.tol[0] if case.tol else None)
 
 
 def shape_text(*tensors: torch.Tensor) -> str:
@@ -84,19 +90,57 @@ def shape_text(*tensors: torch.Tensor) -> str:
 
 
 # -- references (float64, in the parent) -------------------------------------------------------
+OUT_DTYPE = torch.float32  # every wrapper returns float32 (the stubs' docstrings)
+
+
 def softmax_ref(x: torch.Tensor) -> torch.Tensor:
-    return torch.softmax(x.double(), dim=-1).to(x.dtype)
+    return torch.softmax(x.double(), dim=-1)
 
 
 def rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     xd = x.double()
-    y = xd * torch.rsqrt(xd.pow(2).mean(dim=-1, keepdim=True) + eps) * weight.double()
-    return y.to(x.dtype)
+    return xd * torch.rsqrt(xd.pow(2).mean(dim=-1, keepdim=True) + eps) * weight.double()
+
+
+def softmax_tolerance(x: torch.Tensor) -> tuple[Tolerance]:
+    """The float32 softmax bound for rows of `x` ([rows, width]): the spread max − min of a
+    row is the largest |x − max| whose rounding the exponent amplifies."""
+    spread = float((x.amax(dim=-1) - x.amin(dim=-1)).max()) if x.numel() else 0.0
+    return (softmax_bound(OUT_DTYPE, x.shape[-1], spread),)
+
+
+def paged_tolerances(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                     block_tables: torch.Tensor, context_lens: torch.Tensor,
+                     scale: float | None = None) -> tuple[Tolerance]:
+    """The attention bound of paged decode: every cached key counts (a superset of the
+    context's), and the longest context is the number of keys."""
+    heads, dim = q.shape[-2:]
+    keys = k_cache.reshape(-1, heads, dim).transpose(0, 1)  # [heads, tokens, dim]
+    scale = 1.0 / math.sqrt(dim) if scale is None else scale
+    score_sum = float((q.double().abs().transpose(0, 1) @ keys.double().abs().transpose(-1, -2))
+                      .max()) * scale
+    longest = int(context_lens.max()) if context_lens.numel() else 1
+    return (attention_bound(OUT_DTYPE, head_dim=dim, keys=max(longest, 1), score_sum=score_sum,
+                            value_max=float(v_cache.abs().max())),)
+
+
+def attention_tolerances(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                         scale: float | None = None) -> tuple[Tolerance, Tolerance]:
+    """(out, lse) tolerances of float32 attention of these inputs ([..., seq, dim] each).
+
+    `attention_bound` needs Σ_d |q_d·k_d|·scale, the largest over (query, key) pairs: the
+    size of what each score's rounding errors are relative to, computed exactly here.
+    """
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    score_sum = float((q.double().abs() @ k.double().abs().transpose(-1, -2)).max()) * scale
+    common = {"head_dim": q.shape[-1], "keys": k.shape[-2], "score_sum": score_sum}
+    return (attention_bound(OUT_DTYPE, **common, value_max=float(v.abs().max())),
+            attention_bound(OUT_DTYPE, **common, value_max=1.0))
 
 
 def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
                   scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(out in q's dtype, lse float32) from the explicit score matrix."""
+    """(out, lse) in float64 from the explicit score matrix."""
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     scores = q.double() @ k.double().transpose(-1, -2) * scale
     if causal:
@@ -104,7 +148,7 @@ def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
         future = torch.ones(seq_q, seq_k, dtype=torch.bool).triu(1)
         scores = scores.masked_fill(future, -math.inf)
     out = torch.softmax(scores, dim=-1) @ v.double()
-    return out.to(q.dtype), torch.logsumexp(scores, dim=-1).float()
+    return out, torch.logsumexp(scores, dim=-1)
 
 
 def paged_ref(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -122,7 +166,7 @@ def paged_ref(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
         v = v_cache[blocks].reshape(-1, heads, dim)[:length].double()
         scores = torch.einsum("hd,thd->ht", q[b].double(), k) * scale
         out[b] = torch.einsum("ht,thd->hd", torch.softmax(scores, dim=-1), v)
-    return out.to(q.dtype)
+    return out
 
 
 def paged_inputs(gen: torch.Generator, lengths: list[int], *, block_size: int, heads: int = 2,

@@ -12,7 +12,14 @@ import pytest
 import torch
 
 from grader.seeds import seeded_generator
-from grader.suites.triton_kernels._common import Case, check, paged_inputs, paged_ref, run
+from grader.suites.triton_kernels._common import (
+    Case,
+    check,
+    paged_inputs,
+    paged_ref,
+    paged_tolerances,
+    run,
+)
 
 LENGTH_HINT = ("mask the slots of the last block past context_lens[b], and read token t of "
                "sequence b from block block_tables[b, t // block_size]")
@@ -31,7 +38,8 @@ def build_cases() -> dict[str, Case]:
         kwargs = {} if scale is None else {"scale": scale}
         name = f"paged_attention_decode(lengths {lengths}, block_size {block_size}){what}"
         return key, Case(name, "paged_attention_decode", inputs,
-                         paged_ref(*inputs, scale=scale), kwargs=kwargs, hint=hint)
+                         paged_ref(*inputs, scale=scale), kwargs=kwargs, hint=hint,
+                         tol=paged_tolerances(*inputs, scale=scale))
 
     return dict([
         case("len1", [1, 1, 1], 8, " (one token each)"),
