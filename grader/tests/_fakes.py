@@ -69,6 +69,16 @@ def test_zero(impl, a):
     assert load(impl).add(a) == a, "add(a) should default b to 0"
 
 
+@pytest.mark.points(0)
+def test_add_close(impl):
+    import torch
+
+    from grader.compare import assert_close
+
+    got = torch.tensor(float(load(impl).add(0.5, 0.25)))
+    assert_close(got, torch.tensor(0.75), what="add(0.5, 0.25)")
+
+
 @pytest.mark.points(4)
 @pytest.mark.gpu
 def test_on_gpu(impl):

@@ -7,6 +7,8 @@ import pytest
 import grader.selfcheck as selfcheck_module
 from grader.manifest import load_manifest
 from grader.selfcheck import (
+    MARGIN_RUNS,
+    MarginReport,
     judge_mutant,
     judge_points,
     judge_solution,
@@ -83,15 +85,39 @@ def test_points_must_add_up_to_the_manifest(tmp_path):
         "public tests carry 2 points, the manifest says public_points = 0")
 
 
-def test_plan_runs_solutions_then_stubs_then_each_mutant(tmp_path):
+def test_plan_runs_solutions_then_stubs_then_margins_then_each_mutant(tmp_path):
     root = make_course(tmp_path, mutants={"b_bad": "MUTATES = 'toy'\n", "a_bad": ""})
     course = load_manifest(root / "assignments" / "course.toml")
     assert mutant_names("toy", root) == ["a_bad", "b_bad"]
     jobs = plan(course, [], root, root / "suites")
-    assert [(j.kind, j.impl) for j in jobs] == [
-        ("solution", "solutions"), ("stub", "assignments"),
-        ("mutant", "mutant:toy/a_bad"), ("mutant", "mutant:toy/b_bad")]
+    assert [(j.kind, j.impl, j.extra_args) for j in jobs] == [
+        ("solution", "solutions", ()), ("stub", "assignments", ()),
+        *[("margin", "solutions", ("--seed-shift", str(shift), "--rank-threads", str(threads)))
+          for shift, threads in MARGIN_RUNS],
+        ("mutant", "mutant:toy/a_bad", ()), ("mutant", "mutant:toy/b_bad", ())]
     assert jobs[0].paths == (root / "suites" / "toy",)
+    assert {threads for _, threads in MARGIN_RUNS} == {1, 2} and len(MARGIN_RUNS) >= 2
+
+
+def with_margin(entry_: dict, ratio: float, where: str = "out") -> dict:
+    return {**entry_, "margin": ratio, "margin_at": where}
+
+
+def test_margin_report_takes_the_worst_run_and_breaches_above_half():
+    report = MarginReport()
+    base = solution_tests()
+    report.add(session([with_margin(base[0], 0.1), *base[1:]]).result, (0, 1))
+    report.add(session([with_margin(base[0], 0.3, "lse"), *base[1:]]).result, (1, 2))
+    assert report.breaches() == []
+    assert report.worst_ratio == 0.3
+    assert report.summary() == ("worst 0.30 in test_x.py::test_add: lse [seeds shifted by 1, "
+                                "2 threads per rank]")
+    report.add(session([with_margin(base[0], 0.7, "out[3]"), *base[1:]]).result, (2, 1))
+    [breach] = report.breaches()
+    assert breach.startswith("suites/toy/test_x.py::test_add: the solution uses 0.70 of its "
+                             "tolerance at out[3] [seeds shifted by 2, 1 thread per rank]")
+    assert "passes by luck" in breach
+    assert MarginReport().summary() == "no toleranced comparison"
 
 
 def fake_sessions(monkeypatch, sessions: dict):
@@ -100,7 +126,8 @@ def fake_sessions(monkeypatch, sessions: dict):
 
     def fake_run_session(paths, impl, *, stop_first=False, **kwargs):
         calls.append((impl, stop_first))
-        return sessions[impl]
+        key = f"{impl} {' '.join(kwargs.get('extra', ()))}".strip()
+        return sessions.get(key, sessions.get(impl))
 
     monkeypatch.setattr(selfcheck_module, "run_session", fake_run_session)
     return calls
@@ -123,9 +150,10 @@ def test_selfcheck_passes_a_sound_course(tmp_path, monkeypatch):
     code, output = run_selfcheck(root)
     assert code == 0, output
     assert sorted(calls) == [("assignments", False), ("mutant:toy/off_by_one", True),
-                             ("solutions", False)]
+                             *[("solutions", False)] * (1 + len(MARGIN_RUNS))]
     assert "mutant:toy/off_by_one: caught by suites/toy/test_x.py::test_add (no)" in output
-    assert "toy         ✓           ✓       ✓         ✓     ✓ 1/1 caught" in output
+    assert "toy         ✓           ✓       ✓         ✓     ✓ 1/1 caught  ✓" in output
+    assert "  toy: no toleranced comparison" in output
     assert "selfcheck passed in" in output.splitlines()[-1]
 
 
@@ -145,6 +173,27 @@ def test_selfcheck_reports_every_breach(tmp_path, monkeypatch):
     assert "toy stub: stub: the session hung and was killed" in breaches
     assert "toy mutants: mutant harmless passes every test" in breaches
     assert "toy         ✗           ✗       ✓         ✗     ✗ 0/1 caught" in output
+
+
+def test_a_solution_that_fails_or_is_close_to_its_tolerance_in_a_margin_run_is_a_breach(
+        tmp_path, monkeypatch):
+    root = make_course(tmp_path, mutants={"off_by_one": ""})
+    shift, threads = MARGIN_RUNS[0]
+    varied = f"solutions --seed-shift {shift} --rank-threads {threads}"
+    base = solution_tests()
+    failing = [entry("test_add", "failed", points=2, reason="out: differs by 3e-5"), *base[1:]]
+    fake_sessions(monkeypatch, {
+        "solutions": session([with_margin(base[0], 0.6, "out"), *base[1:]], impl="solutions"),
+        varied: session(failing, impl="solutions"),
+        "assignments": session(stub_tests()),
+        "mutant:toy/off_by_one": session([entry("test_add", "failed", points=2, reason="no")]),
+    })
+    code, output = run_selfcheck(root)
+    assert code == 1
+    breaches = output.split("Breaches:")[1]
+    assert (f"toy margins: with seeds shifted by {shift}, {threads} threads per rank: solution "
+            "fails suites/toy/test_x.py::test_add: out: differs by 3e-5") in breaches
+    assert "toy margins: suites/toy/test_x.py::test_add: the solution uses 0.60" in breaches
 
 
 def test_selfcheck_needs_mutants_and_a_stub_module(tmp_path, monkeypatch):
@@ -177,5 +226,7 @@ def test_selfcheck_end_to_end_on_a_toy_course(tmp_path):
     assert code == 1, output  # the one breach: the toy course has no mutants
     assert "toy solution: ok" in output and "toy stub: ok" in output
     assert "toy         ✓           ✓       ✓         ✓     ✗" in output
+    assert "toy solution (seeds shifted by 1, 2 threads per rank): ok" in output
+    assert "  toy: worst 0.00 in test_toy.py::test_add_close: add(0.5, 0.25)" in output
     assert output.count("\n  - ") == 1 and "has no mutant" in output
     assert "selfcheck FAILED: 1 breach(es)" in output
