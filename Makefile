@@ -13,8 +13,9 @@ $(STAMP): requirements.txt constraints.txt
 	$(PY) -m pip install --quiet -r requirements.txt -c constraints.txt
 	@touch $(STAMP)
 
-## make test: the project's own tests (harness, grader), then the selfcheck of every assignment.
-test: $(STAMP)
+## make test: lint (ruff, mypy; seconds), the project's own tests (harness, grader), then the
+## selfcheck of every assignment.
+test: lint
 	$(PY) -m pytest -n 2 harness/tests grader/tests
 	$(PY) -m grader selfcheck
 
@@ -32,8 +33,10 @@ bench: $(STAMP)
 release: $(STAMP)
 	$(PY) -m grader release $(or $(ARGS),--out release)
 
+## make lint: ruff over the tree, mypy over harness/ and grader/ (configured in pyproject.toml).
 lint: $(STAMP)
 	$(PY) -m ruff check .
+	$(PY) -m mypy
 
 clean-venv:
 	rm -rf $(VENV)

@@ -139,8 +139,10 @@ def autograde(
         problems = {k: v for part in parts for k, v in part.problems.items()}
         releases: dict[str, Path] = {}
         for part in parts:
-            for assignment_id, path in part.releases.items() if release_dir else ():
-                target = Path(release_dir) / assignment_id / NOTEBOOK
+            if release_dir is None:
+                break
+            for assignment_id, path in part.releases.items():
+                target = release_dir / assignment_id / NOTEBOOK
                 target.parent.mkdir(parents=True, exist_ok=True)
                 releases[assignment_id] = Path(shutil.copy(path, target))
         return Autograded(grades, releases, problems, time.perf_counter() - started)
@@ -315,7 +317,7 @@ def _worker(course: Path, result_file: Path, cell_timeout: int) -> int:
         start = time.perf_counter()
         try:
             run(Autograde, assignment_id, student)
-        except Exception as exc:  # nbgrader raises its own exception types, or plain ones
+        except Exception as exc:  # noqa: BLE001 - nbgrader raises its own types, or plain ones
             problems.append(((assignment_id, student), f"nbgrader autograde failed: {exc}"))
         graded = course / "autograded" / student / assignment_id / NOTEBOOK
         if not graded.is_file():

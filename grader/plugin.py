@@ -133,7 +133,7 @@ def _provide_suites_package(hidden_roots: list[Path]) -> None:
     package.__path__ = [str(p) for p in hidden_roots]
     package.__package__ = "grader.suites"
     sys.modules.setdefault("grader.suites", package)
-    grader.suites = sys.modules["grader.suites"]
+    grader.suites = sys.modules["grader.suites"]  # type: ignore[attr-defined]
 
 
 def _enable_sandbox(mode: str, impl: str, hidden_roots: list[Path]) -> dict[str, Any]:
@@ -263,7 +263,7 @@ def pytest_collectreport(report: pytest.CollectReport) -> None:
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    props = dict(report.user_properties)
+    props: dict[str, Any] = dict(report.user_properties)
     state = _session_state.get("state")
     if "points" not in props or state is None:
         return

@@ -1,6 +1,6 @@
 """`python -m grader selfcheck`: prove that each assignment's suites grade what they claim.
 
-Per assignment, five checks (DESIGN.md, principle 5):
+Per assignment, these checks (docs/design.md, principle 5):
 
 - signatures: every module in the manifest's `modules` has the same public names and
   signatures in the stub and the solution (read with `ast`, never imported);

@@ -312,7 +312,8 @@ def leaks(source: Path, release: Path) -> list[str]:
     A line counts when it appears inside a solution or hidden-test region of the source and
     nowhere outside such regions (so shared lines such as `return x` do not count).
     """
-    secret, public = set(), set()
+    secret: set[str] = set()
+    public: set[str] = set()
     for cell in read_notebook(source)["cells"]:
         inside = False
         for line in cell_source(cell).splitlines():

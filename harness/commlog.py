@@ -221,7 +221,7 @@ class CommLog:
         out_numel, _, out_dtype = _size(arguments.get(p) for p in spec.outputs)
         try:
             group_ranks = self._ranks_of(arguments.get("group"))
-        except Exception:  # an invalid group: let torch raise its own error at the call
+        except Exception:  # noqa: BLE001 - an invalid group: torch raises its own error at the call
             group_ranks = ()
         return CommRecord(
             op=name, peer=self._peer(spec, arguments), group_ranks=group_ranks, numel=numel,

@@ -7,6 +7,8 @@ ever unpickled to build them.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class LaunchError(AssertionError):
     """Base class: a multi-rank call did not return cleanly."""
@@ -41,8 +43,8 @@ class ForbiddenCallError(RankFailure):
     """
 
     def __init__(self, summary: str, **kwargs) -> None:
-        defaults = dict(rank=-1, exc_type="ForbiddenCallError", message=summary,
-                        traceback="", output_tail="")
+        defaults: dict[str, Any] = dict(rank=-1, exc_type="ForbiddenCallError",
+                                        message=summary, traceback="", output_tail="")
         defaults.update(kwargs)
         super().__init__(summary, **defaults)
 

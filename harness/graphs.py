@@ -328,6 +328,7 @@ class EmulatedGraph:
         if not self._modes:
             raise RuntimeError("capture_end() without capture_begin()")
         self._stop()
+        assert self._recording is not None  # set by capture_begin, which _modes proves ran
         self._recording.finish()
         self._captured = True
 
@@ -352,6 +353,7 @@ class EmulatedGraph:
         if _STATE.capturing:
             raise RuntimeError("the graph emulator cannot replay a graph inside a capture")
         _STATE.replays += 1
+        assert self._recording is not None  # a captured graph keeps its recording
         with _quiet():
             for op in self._recording.ops:
                 out = op.func(*op.args, **op.kwargs)

@@ -38,8 +38,9 @@ def mutant_target(path: Path) -> str | None:
     """The module a mutant file replaces, read statically from its `MUTATES = "..."` line."""
     tree = ast.parse(path.read_text(), filename=str(path))
     for node in tree.body:
-        is_mutates = isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == "MUTATES" for t in node.targets)
+        if not isinstance(node, ast.Assign):
+            continue
+        is_mutates = any(isinstance(t, ast.Name) and t.id == "MUTATES" for t in node.targets)
         if is_mutates and isinstance(node.value, ast.Constant) \
                 and isinstance(node.value.value, str):
             return node.value.value
@@ -110,6 +111,8 @@ def load_module(spec: ImplSpec, assignment_id: str, module_name: str) -> types.M
             module.__path__ = [str(folder)]
             sys.modules[package] = module
     module_spec = importlib.util.spec_from_file_location(qualified, path)
+    if module_spec is None or module_spec.loader is None:
+        raise ImportError(f"cannot import {path} (the implementation under test, {spec.text})")
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[qualified] = module
     try:

@@ -85,7 +85,7 @@ def _capture_output(job: RankJob) -> Any:
     os.close(fd)
     for stream in (sys.stdout, sys.stderr):
         try:
-            stream.reconfigure(line_buffering=True)
+            stream.reconfigure(line_buffering=True)  # type: ignore[union-attr]
         except (AttributeError, ValueError):
             pass
     stacks = open(job.path("stack"), "w")  # noqa: SIM115 - must stay open for faulthandler

@@ -17,4 +17,5 @@ if "-c" not in _args:
     raise SystemExit("harness/shim.py: expected `-c CODE`")
 _code = _args[_args.index("-c") + 1]
 sys.argv = ["-c", *_args[_args.index("-c") + 2:]]
-exec(compile(_code, "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+# S102: CODE is multiprocessing's forkserver bootstrap, run as `python -c` would run it.
+exec(compile(_code, "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})  # noqa: S102

@@ -85,7 +85,7 @@ def _error_name(mod, call) -> str | None:
         raise
     except mod.OutOfBlocks:
         return "OutOfBlocks"
-    except Exception as exc:  # the type is what the test checks
+    except Exception as exc:  # noqa: BLE001 - the type is what the test checks
         return type(exc).__name__
     return None
 

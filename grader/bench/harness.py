@@ -6,7 +6,7 @@ exit. The harness forks its ranks from a forkserver that already imported torch;
 starts new interpreters that import torch each time. The two are timed alternately in one run
 (so machine load hits both alike) and the median of `--runs` calls is reported with the ratio.
 
-Targets (DESIGN.md, principle 3) on a 2-core machine: the harness at least 20x faster than
+Targets (docs/design.md, principle 3) on a 2-core machine: the harness at least 20x faster than
 `mp.spawn` at 4 ranks, and a 4-rank harness call under 0.2 s. Printed, never asserted.
 """
 

@@ -123,9 +123,8 @@ def attention_rank(cache, cfg: dict, device: torch.device) -> dict:
     k_dense = k_cache.view(-1, heads, dim)[slots].transpose(1, 2).contiguous()
     v_dense = v_cache.view(-1, heads, dim)[slots].transpose(1, 2).contiguous()
     mask = (positions[None, :] < torch.tensor(lens)[:, None])[:, None, None, :]
-    to = {"device": device}
-    q, k_cache, v_cache, tables = q.to(**to), k_cache.to(**to), v_cache.to(**to), tables.to(**to)
-    k_dense, v_dense, mask = k_dense.to(**to), v_dense.to(**to), mask.to(**to)
+    q, k_cache, v_cache, tables = (t.to(device) for t in (q, k_cache, v_cache, tables))
+    k_dense, v_dense, mask = (t.to(device) for t in (k_dense, v_dense, mask))
     lens_t = torch.tensor(lens, device=device)
 
     def paged():

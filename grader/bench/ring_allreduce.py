@@ -36,7 +36,8 @@ def bench_rank(ctx, sizes: list[int], repeats: int, warmup: int) -> dict[str, li
     times: dict[str, list[list[float]]] = {}
     for numel in sizes:
         tensor = torch.empty(numel, dtype=torch.float32)
-        ring_s, gloo_s = [], []
+        ring_s: list[float] = []
+        gloo_s: list[float] = []
         for repetition in range(warmup + repeats):
             for name, call, record in (("ring", ring.ring_all_reduce, ring_s),
                                        ("gloo", dist.all_reduce, gloo_s)):

@@ -69,7 +69,8 @@ def bench_rank(ctx, cfg: dict) -> dict:
         error = float((sharded(x) - down(F.gelu(up(x)))).abs().max())
     x.requires_grad_()
     tensors = [x, *up.parameters(), *down.parameters(), *sharded.parameters()]
-    dense_s, sharded_s = [], []
+    dense_s: list[float] = []
+    sharded_s: list[float] = []
     for repetition in range(cfg["warmup"] + cfg["repeats"]):
         for step, record in ((dense_step, dense_s), (sharded_step, sharded_s)):
             for t in tensors:

@@ -76,15 +76,16 @@ def benchmark_cases(kernels: Any, device: torch.device) -> dict[str, tuple[Calla
     weight = torch.randn(4096, generator=gen).to(device)
     qkv = [torch.randn(4, 16, 2048, 64, generator=gen).to(device, torch.float16)
            for _ in range(3)]
+    q, k, v = qkv
     paged = _paged_inputs(device, batch=64, heads=16, dim=128, tokens=1024, block_size=16)
     return {
         "softmax": (lambda: kernels.softmax(rows), lambda: torch.softmax(rows, dim=-1)),
         "rms_norm": (lambda: kernels.rms_norm(rows, weight),
                      lambda: F.rms_norm(rows, (4096,), weight, eps=1e-6)),
         "flash_attention": (lambda: kernels.flash_attention(*qkv)[0],
-                            lambda: F.scaled_dot_product_attention(*qkv)),
+                            lambda: F.scaled_dot_product_attention(q, k, v)),
         "flash_attention causal": (lambda: kernels.flash_attention(*qkv, causal=True)[0],
-                                   lambda: F.scaled_dot_product_attention(*qkv, is_causal=True)),
+                                   lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)),
         "paged_attention_decode": (lambda: kernels.paged_attention_decode(**paged),
                                    lambda: _paged_torch(**paged)),
     }

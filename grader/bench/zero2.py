@@ -35,7 +35,7 @@ def _ddp_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor,
               y: torch.Tensor, world_size: int) -> None:
     opt.zero_grad()
     ((model(x) - y) ** 2).mean().backward()
-    grads = [p.grad for p in model.parameters()]
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
     flat = torch.cat([g.reshape(-1) for g in grads])
     dist.all_reduce(flat)
     flat /= world_size

@@ -292,19 +292,19 @@ class _FakeGitHub(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         return json.loads(self.rfile.read(length)) if length else None
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         assert self.headers["Authorization"] == "Bearer tok"
         self.calls.append(("GET", self.path, None))
         self._reply(self.comments if "page=1" in self.path else [])
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         body = self._body()
         self.calls.append(("POST", self.path, body))
         if self.path.endswith("/comments"):
             self.comments.append({"id": 7, "body": body["body"], "user": {"type": "Bot"}})
         self._reply({"id": 7})
 
-    def do_PATCH(self) -> None:  # noqa: N802
+    def do_PATCH(self) -> None:
         body = self._body()
         self.calls.append(("PATCH", self.path, body))
         self.comments[-1]["body"] = body["body"]

@@ -81,7 +81,7 @@ def run_sequence(mod, config: dict, ops: list) -> list[dict]:
             rec["ret"] = plain(call_op(alloc, op))
         except NotImplementedError:
             raise
-        except Exception as exc:  # judged in the parent, by type
+        except Exception as exc:  # noqa: BLE001 - judged in the parent, by type
             rec["error"] = error_name(mod, exc)
         if rec["error"] is None:
             if op[0] in ("allocate", "prompt") and op[1] not in live:
@@ -95,7 +95,7 @@ def run_sequence(mod, config: dict, ops: list) -> list[dict]:
             rec.update(snapshot(alloc, live, touched))
         except NotImplementedError:
             raise
-        except Exception as exc:  # a query that fails is a finding, reported by the judge
+        except Exception as exc:  # noqa: BLE001 - a failing query is a finding for the judge
             rec["snapshot_error"] = f"{type(exc).__name__}: {exc}"[:200]
             trace.append(rec)
             break

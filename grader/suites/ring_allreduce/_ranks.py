@@ -92,7 +92,7 @@ def chunk_errors(ctx, pairs: list[tuple[int, int]]) -> list[str]:
             names.append("no error")
         except NotImplementedError:
             raise
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - the type is the answer
             names.append(type(exc).__name__)
     return names
 
@@ -113,7 +113,7 @@ def op_errors(ctx, calls: list[tuple[str, str, str]]) -> list[str]:
             names.append("no error")
         except NotImplementedError:
             raise
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - the type is the answer
             names.append(type(exc).__name__)
     return names
 

@@ -6,7 +6,7 @@ MUTATES = "layers"
 mutate(globals(), "tensor_parallel", "layers")
 
 
-def vocab_parallel_cross_entropy(logits_shard, target, group=None):  # noqa: D103
-    full = gather_from_parallel_region(logits_shard, group)  # noqa: F821 - from the solution
-    loss = F.cross_entropy(full.flatten(0, -2), target.flatten(), reduction="none")  # noqa: F821
+def vocab_parallel_cross_entropy(logits_shard, target, group=None):
+    full = gather_from_parallel_region(logits_shard, group)
+    loss = F.cross_entropy(full.flatten(0, -2), target.flatten(), reduction="none")
     return loss.reshape(target.shape)
