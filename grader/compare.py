@@ -230,3 +230,10 @@ def assert_close(actual: object, expected: torch.Tensor, *, what: str,
             f"{count} of {a.numel()} elements, first at {list(index)}: got "
             f"{float(a.flatten()[flat]):.6g}, expected {float(e.flatten()[flat]):.6g}{suffix}\n"
             f"(tolerance for {want}: rtol={tol.rtol:.3g}, atol={tol.atol:.3g})")
+
+
+def describe(dtype: torch.dtype, scale: float = 1.0) -> str:
+    """The default tolerance of `dtype` as READMEs state it: "float32: rtol 1.5e-05, atol
+    1.5e-05" (a test keeps the READMEs' numbers equal to these)."""
+    tol = tolerance(dtype, scale)
+    return f"{str(dtype).removeprefix('torch.')}: rtol {tol.rtol:.2g}, atol {tol.atol:.2g}"
