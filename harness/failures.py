@@ -15,6 +15,7 @@ from typing import Any
 
 from harness.errors import (
     ForbiddenCallError,
+    LaunchError,
     NotImplementedInRank,
     PayloadError,
     RankExit,
@@ -58,7 +59,7 @@ def _read_error(path: str) -> dict[str, Any] | None:
                                                                  (int, float)) else 0.0}
 
 
-def _failure(job: RankJob, report: dict[str, Any], world_size: int) -> RankFailure:
+def _failure(job: RankJob, report: dict[str, Any], world_size: int) -> LaunchError:
     rank, output = job.rank, _tail(job.path("log"))
     where = f"rank {rank} of {world_size}"
     kind, message = report["type"], report["message"]

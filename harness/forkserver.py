@@ -53,7 +53,8 @@ _wrapper: Wrapper | None = None
 
 def running() -> bool:
     """Whether this process's forkserver has started (its preparation is then fixed)."""
-    return _context is not None or bool(multiprocessing.forkserver._forkserver._forkserver_pid)
+    server = multiprocessing.forkserver._forkserver
+    return _context is not None or bool(getattr(server, "_forkserver_pid", None))
 
 
 def preload(*modules: str) -> bool:
@@ -71,6 +72,8 @@ def configure(*, preload: Iterable[str] = (), by_value_packages: Iterable[str] =
     grows. Returns False when the preload list could no longer change (the forkserver runs);
     the by-value packages apply to every later launch regardless.
     """
+    if isinstance(preload, str) or isinstance(by_value_packages, str):
+        raise TypeError("configure takes lists of module names, not a single str")
     BY_VALUE_PACKAGES.extend(p for p in by_value_packages if p not in BY_VALUE_PACKAGES)
     return _extend_preload(preload)
 

@@ -208,8 +208,9 @@ def enable(config: SandboxConfig) -> SandboxStatus:
     applied += cg_applied
     missing += cg_missing
     prefix: list[str] = []
-    if os.geteuid() == 0 and shutil.which("setpriv"):  # dropped inside bwrap, after the mounts
-        prefix = [shutil.which("setpriv"), f"--reuid={UNPRIVILEGED_UID}",
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() == 0 and setpriv:  # dropped inside bwrap, after the mounts
+        prefix = [setpriv, f"--reuid={UNPRIVILEGED_UID}",
                   f"--regid={UNPRIVILEGED_UID}", "--clear-groups", "--inh-caps=-all",
                   "--no-new-privs"]
     plain_env = ["env", "-i", f"PATH={RANK_PATH}", f"HOME={work}/home", "OMP_NUM_THREADS=1"]
