@@ -21,11 +21,16 @@ from typing import Any
 
 import pytest
 
+from harness import launcher
 from harness.errors import NotImplementedInRank
 from harness.impl import REPO_ROOT, resolve_impl
 
 REASON_CHARS = 300
 NOT_GRADED_HERE = "not graded on this machine"
+# Grader modules that rank code uses: imported once by the forkserver, or (the suites, which
+# sandboxed ranks cannot see, also when they come from --suites PATH) sent with the rank function.
+RANK_PRELOAD = ("grader.compare", "grader.seeds")
+RANK_BY_VALUE_PACKAGES = ("grader.suites",)
 
 
 @dataclass
@@ -89,6 +94,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU; skipped with a reason on CPU")
     impl = label = config.getoption("impl") or os.environ.get("MLSYS_IMPL") or "assignments"
     _set_variation(config.getoption("seed_shift"), config.getoption("rank_threads"))
+    launcher.configure(preload=RANK_PRELOAD, by_value_packages=RANK_BY_VALUE_PACKAGES)
     root = Path(config.rootpath).resolve()
     if impl in ("assignments", "solutions") and root != REPO_ROOT and (root / impl).is_dir():
         # `python -m grader --root OTHER grade`: grade that checkout's folder, not ours.
@@ -110,7 +116,6 @@ def pytest_configure(config: pytest.Config) -> None:
 def _set_variation(seed_shift: int, rank_threads: int) -> None:
     """Apply --seed-shift and --rank-threads (before any launch starts the forkserver)."""
     from grader import seeds
-    from harness import launcher
 
     try:
         seeds.set_shift(seed_shift)

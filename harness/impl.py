@@ -1,6 +1,6 @@
 """Which implementation is under test, and how a rank imports it.
 
-`--impl` (pytest option, `MLSYS_IMPL`, grader flag) takes one of:
+`--impl` (pytest option, `MLSYS_IMPL`, command-line flag) takes one of:
 - `assignments` (default): the student's stubs under assignments/<id>/;
 - `solutions`: the reference under solutions/<id>/;
 - `mutant:<id>/<name>`: solutions/<id>/mutants/<name>.py replaces the module its `MUTATES`

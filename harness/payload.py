@@ -77,7 +77,7 @@ def load(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> Any:
         raise PayloadError(f"a result file of {size} bytes is over the cap of {max_bytes}")
     try:
         value = torch.load(path, weights_only=True, map_location="cpu")
-    except Exception as exc:  # noqa: BLE001 - a forged or truncated file must not crash the grader
+    except Exception as exc:  # noqa: BLE001 - a forged or truncated file must not crash the parent
         raise PayloadError(f"unreadable result file ({type(exc).__name__}: {exc})"[:500]) from None
     to_plain(value)  # re-check the structure in the parent too
     return value

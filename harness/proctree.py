@@ -1,4 +1,5 @@
-"""Finding and killing process trees through /proc (Linux), so no rank outlives its call."""
+"""Finding and killing process trees (read through `harness.procfs`), so no rank outlives its
+call."""
 
 from __future__ import annotations
 
@@ -6,27 +7,12 @@ import os
 import signal
 import time
 
-
-def _parents() -> dict[int, int]:
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read().decode(errors="replace")
-            # the command name may hold spaces and parentheses: ppid follows the last ')'
-            fields = stat[stat.rfind(")") + 2:].split()
-            if fields[0] != "Z":
-                parents[int(entry)] = int(fields[1])
-        except (OSError, IndexError, ValueError):
-            continue
-    return parents
+from harness import procfs
 
 
 def descendants(pid: int) -> set[int]:
     """Live (non-zombie) descendants of `pid`, not including it."""
-    parents = _parents()
+    parents = procfs.parents()
     children: dict[int, list[int]] = {}
     for child, parent in parents.items():
         children.setdefault(parent, []).append(child)
@@ -69,26 +55,9 @@ def kill_tree(pid: int, *, group: bool = True) -> None:
                 os.killpg(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError, OSError):
                 break
-            if not group_members(pid) or time.monotonic() > deadline:
+            if not procfs.group_members(pid) or time.monotonic() > deadline:
                 break
             time.sleep(0.002)
-
-
-def group_members(pgid: int) -> set[int]:
-    """Live (non-zombie) processes whose process group is `pgid`."""
-    members = set()
-    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read().decode(errors="replace")
-            fields = stat[stat.rfind(")") + 2:].split()
-            if fields[0] != "Z" and int(fields[2]) == pgid:
-                members.add(int(entry))
-        except (OSError, IndexError, ValueError):
-            continue
-    return members
 
 
 def kill_group(pgid: int) -> None:
@@ -104,7 +73,7 @@ def wait_gone(pids: set[int], timeout: float = 2.0) -> set[int]:
     deadline = time.monotonic() + timeout
     alive = set(pids)
     while alive and time.monotonic() < deadline:
-        live = _parents()
+        live = procfs.parents()
         alive = {p for p in alive if p in live}
         if alive:
             time.sleep(0.01)

@@ -31,10 +31,8 @@ from harness.commlog import CommLog, Forbid
 from harness.context import RankContext
 from harness.errors import ForbiddenCallError
 from harness.impl import ImplSpec
-from harness.sandbox import UNPRIVILEGED_UID
 
 MAX_ERROR_CHARS = 20_000
-MAX_PROCESSES = 512
 
 
 @dataclass(frozen=True)
@@ -51,7 +49,8 @@ class RankJob:
     forbid: Forbid | None
     pg_timeout_s: float
     max_result_bytes: int
-    max_file_bytes: int
+    max_file_bytes: int  # RLIMIT_FSIZE, in every rank
+    max_processes: int | None  # RLIMIT_NPROC where ranks run as a user of their own (sandbox)
     has_rank_args: bool
     env: dict[str, str] = field(default_factory=dict)
     threads: int = 1  # torch intra-op threads; selfcheck's margin runs also try 2
@@ -69,8 +68,8 @@ def _isolate(job: RankJob) -> None:
             pass
     limit = job.max_file_bytes
     resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-    if os.geteuid() == UNPRIVILEGED_UID:  # sandboxed: cap this user's processes (fork bombs)
-        resource.setrlimit(resource.RLIMIT_NPROC, (MAX_PROCESSES, MAX_PROCESSES))
+    if job.max_processes is not None:  # sandboxed: cap this user's processes (fork bombs)
+        resource.setrlimit(resource.RLIMIT_NPROC, (job.max_processes, job.max_processes))
 
 
 def _capture_output(job: RankJob) -> Any:

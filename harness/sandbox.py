@@ -1,17 +1,19 @@
 """Sandboxed rank processes: what code under test can see, reach and use.
 
 `enable(SandboxConfig(...))`, called once before the first `launch` of a process, makes the
-forkserver — and so every rank forked from it — start through a small wrapper script that:
+forkserver (`harness.forkserver.use_wrapper`) — and so every rank forked from it — start
+through a small wrapper script that:
 - joins a memory- and pids-limited cgroup (v1 or v2) when the cgroup tree is writable;
-- drops to an unprivileged user (`nobody`) with `setpriv` when the grader runs as root;
+- drops to an unprivileged user (`nobody`) with `setpriv` when the grading process runs as root;
 - enters `bwrap`: a new network namespace with only loopback up (gloo still works), the whole
   filesystem read-only, hidden paths covered by empty tmpfs (or /dev/null for files), a fresh
   /tmp and home, and a cleared environment;
 - runs `python -I` (no sitecustomize, .pth from the user site, or PYTHON* variables).
 Whatever cannot be set up is reported: `SandboxStatus.mode` is "full" or "degraded" with the
 reasons, and callers that demand the full sandbox (the trusted workflow) treat degraded as an
-error. Limits that need no privilege (file size, process count, wall clock) are applied in every
-rank regardless, by `harness.rankmain`.
+error. Limits that need no privilege (file size, wall clock) are applied in every rank
+regardless, by `harness.rankmain`; ranks that run as a user of their own also cap that user's
+processes (`SandboxConfig.max_processes`, which reaches them in their job).
 """
 
 from __future__ import annotations
@@ -23,8 +25,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+
+from harness import forkserver
+from harness.impl import REPO_ROOT
 
 UNPRIVILEGED_UID = 65534  # nobody
 SAFE_ENV_KEYS = ("LANG", "LC_ALL", "TZ")
@@ -70,31 +75,11 @@ class SandboxStatus:
                 "summary": self.summary}
 
 
-@dataclass
-class _Active:
-    status: SandboxStatus
-    command: list[str]
-    cgroups: list[str] = field(default_factory=list)
-
-
-_active: _Active | None = None
+_status: SandboxStatus | None = None
 
 
 def status() -> SandboxStatus:
-    return _active.status if _active else SandboxStatus(mode="off")
-
-
-def interpreter_prefix() -> tuple[list[str], list[str]]:
-    """(command to put before Python, shell lines to run first) for the forkserver's start."""
-    if _active is None:
-        return [], []
-    joins = [f"echo $$ > {shlex.quote(j)} 2>/dev/null || true" for j in _active.cgroups]
-    return list(_active.command), joins
-
-
-def workdir_base() -> str | None:
-    """Where the launcher must create rank work dirs (visible and writable inside), if sandboxed."""
-    return _active.status.workdir_base if _active else None
+    return _status or SandboxStatus(mode="off")
 
 
 def _default_hidden() -> list[str]:
@@ -146,8 +131,6 @@ def _cgroup_setup(name: str, config: SandboxConfig) -> tuple[list[str], list[str
 
 def _required_paths() -> list[str]:
     """What ranks need even inside a hidden folder: the course checkout and the interpreter."""
-    from harness.impl import REPO_ROOT
-
     executable_dir = os.path.dirname(os.path.realpath(sys.executable))
     return [str(REPO_ROOT), sys.prefix, sys.base_prefix, executable_dir]
 
@@ -191,8 +174,6 @@ def _bwrap_args(config: SandboxConfig, base: str) -> list[str]:
 def _probe(command: list[str]) -> str | None:
     """Run Python under `command` and read a file of the checkout with it; None when that
     works, else the reason (the last line of its stderr)."""
-    from harness.impl import REPO_ROOT
-
     check = "import sys; open(sys.argv[1], 'rb').close()"
     try:
         proc = subprocess.run([*command, sys.executable, "-I", "-c", check,
@@ -210,14 +191,10 @@ def enable(config: SandboxConfig) -> SandboxStatus:
 
     Raises RuntimeError when the forkserver already runs (it would stay unsandboxed).
     """
-    global _active
-    import multiprocessing.forkserver
-
-    from harness import launcher
-
-    if _active is not None:
-        return _active.status
-    if launcher._context is not None or multiprocessing.forkserver._forkserver._forkserver_pid:
+    global _status
+    if _status is not None:
+        return _status
+    if forkserver.running():
         raise RuntimeError("sandbox.enable must run before the first launch in this process")
     base = tempfile.mkdtemp(prefix="mlsys-sandbox-")
     os.chmod(base, 0o755)
@@ -231,8 +208,9 @@ def enable(config: SandboxConfig) -> SandboxStatus:
     applied += cg_applied
     missing += cg_missing
     prefix: list[str] = []
-    if os.geteuid() == 0 and shutil.which("setpriv"):  # dropped inside bwrap, after the mounts
-        prefix = [shutil.which("setpriv"), f"--reuid={UNPRIVILEGED_UID}",
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() == 0 and setpriv:  # dropped inside bwrap, after the mounts
+        prefix = [setpriv, f"--reuid={UNPRIVILEGED_UID}",
                   f"--regid={UNPRIVILEGED_UID}", "--clear-groups", "--inh-caps=-all",
                   "--no-new-privs"]
     plain_env = ["env", "-i", f"PATH={RANK_PATH}", f"HOME={work}/home", "OMP_NUM_THREADS=1"]
@@ -260,9 +238,10 @@ def enable(config: SandboxConfig) -> SandboxStatus:
         sandbox_cmd = [*prefix, *plain_env] if prefix and _probe([*prefix, *plain_env]) is None \
             else plain_env
         applied.append("cleared environment")
+    own_user = bool(prefix) and prefix[0] in sandbox_cmd
     if os.geteuid() != 0:
-        applied.append("same user as the grader (not root)")
-    elif prefix and prefix[0] in sandbox_cmd:
+        applied.append("same user as the grading process (not root)")
+    elif own_user:
         applied.append("separate unprivileged user (nobody)")
     elif not any(m.startswith("ranks run as root") for m in missing):
         missing.append("ranks run as root (no setpriv, or nobody cannot run this Python)")
@@ -270,7 +249,11 @@ def enable(config: SandboxConfig) -> SandboxStatus:
     mode = "full" if not missing else "degraded"
     status_ = SandboxStatus(mode=mode, applied=tuple(applied), missing=tuple(missing),
                             workdir_base=work)
-    _active = _Active(status=status_, command=sandbox_cmd, cgroups=joins)
+    joins_lines = [f"echo $$ > {shlex.quote(j)} 2>/dev/null || true" for j in joins]
+    forkserver.use_wrapper(forkserver.Wrapper(
+        command=tuple(sandbox_cmd), setup_lines=tuple(joins_lines), workdir_base=work,
+        max_processes=config.max_processes if own_user else None))
+    _status = status_
     atexit.register(_cleanup, base, joins)
     return status_
 

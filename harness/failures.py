@@ -1,0 +1,154 @@
+"""What a failed launch raises: each rank's error report, exit or stack, turned into one error.
+
+A rank that raised leaves a JSON error report; one that exited leaves only its exit status and
+output log; on a timeout every live rank is asked (SIGUSR1) for its Python stack. The earliest
+failure becomes the exception the parent raises, with the rank's traceback and output tail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from typing import Any
+
+from harness.errors import (
+    ForbiddenCallError,
+    LaunchError,
+    NotImplementedInRank,
+    PayloadError,
+    RankExit,
+    RankFailure,
+    RankTimeout,
+)
+from harness.rankmain import RankJob
+from harness.stacks import summarize_stack
+
+OUTPUT_TAIL_CHARS = 3000
+STACK_DUMP_WAIT_S = 2.0
+
+
+def _tail(path: str, chars: int = OUTPUT_TAIL_CHARS) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - chars))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return ("…" + text) if size > chars else text
+
+
+def _read_error(path: str) -> dict[str, Any] | None:
+    try:
+        if os.path.getsize(path) > 1_000_000:
+            return {"type": "RankError", "message": "error report too large", "traceback": "",
+                    "time": 0.0}
+        with open(path) as f:
+            report = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(report, dict):
+        return None
+    return {"type": str(report.get("type", "Exception"))[:200],
+            "message": str(report.get("message", ""))[:20_000],
+            "traceback": str(report.get("traceback", ""))[:20_000],
+            "time": float(report.get("time", 0.0)) if isinstance(report.get("time"),
+                                                                 (int, float)) else 0.0}
+
+
+def _failure(job: RankJob, report: dict[str, Any], world_size: int) -> LaunchError:
+    rank, output = job.rank, _tail(job.path("log"))
+    where = f"rank {rank} of {world_size}"
+    kind, message = report["type"], report["message"]
+    first_line = message.strip().splitlines()[0] if message.strip() else ""
+    details = (f"\n--- {where}: traceback ---\n{report['traceback']}"
+               f"\n--- {where}: output (last lines) ---\n{output or '(none)'}")
+    fields = dict(rank=rank, exc_type=kind, message=message, traceback=report["traceback"],
+                  output_tail=output)
+    if kind == "NotImplementedError":
+        return NotImplementedInRank(f"not implemented yet: {first_line or 'NotImplementedError'}"
+                                    f" ({where}){details}", **fields)
+    if kind == "ForbiddenCallError":
+        return ForbiddenCallError(f"{where}: {first_line}{details}", **fields)
+    if kind == "PayloadError":
+        return PayloadError(f"{where}: {first_line}")
+    if kind == "SystemExit":
+        return RankExit(f"{where} {message} instead of returning; a rank function must return "
+                        f"its result{details}", rank=rank, exitcode=None, output_tail=output)
+    return RankFailure(f"{where} raised {kind}: {first_line}{details}", **fields)
+
+
+def _exit_error(job: RankJob, exitcode: int | None, world_size: int, limited: bool) -> RankExit:
+    where = f"rank {job.rank} of {world_size}"
+    if exitcode is not None and exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        why = f"was killed by {name}"
+        if name == "SIGKILL" and limited:
+            why += " (over the sandbox's memory or process limit?)"
+    elif exitcode == 0:
+        why = "exited with status 0 without returning a result (os._exit in rank code?)"
+    else:
+        why = f"exited with status {exitcode} without returning a result (sys.exit or os._exit?)"
+    output = _tail(job.path("log"))
+    return RankExit(f"{where} {why}\n--- {where}: output (last lines) ---\n{output or '(none)'}",
+                    rank=job.rank, exitcode=exitcode, output_tail=output)
+
+
+def collect_stacks(procs: list[Any], jobs: list[RankJob], live: set[int]) -> dict[int, str]:
+    """Ask the `live` ranks for their Python stacks (faulthandler on SIGUSR1); {rank: text}."""
+    for r in live:
+        try:
+            os.kill(procs[r].pid, signal.SIGUSR1)
+        except (ProcessLookupError, PermissionError):
+            pass
+    deadline = time.monotonic() + STACK_DUMP_WAIT_S
+    sizes: dict[int, int] = {}
+    while time.monotonic() < deadline:
+        now = {r: os.path.getsize(jobs[r].path("stack")) if os.path.exists(jobs[r].path("stack"))
+               else 0 for r in live}
+        if all(now[r] > 0 for r in live) and now == sizes:
+            break
+        sizes = now
+        time.sleep(0.05)
+    stacks = {}
+    for r in sorted(live):
+        text = _tail(jobs[r].path("stack"), 20_000).strip()
+        stacks[r] = text or "(no stack: the rank did not answer SIGUSR1)"
+    return stacks
+
+
+def timeout_error(fn_name: str, timeout: float, stacks: dict[int, str],
+                  world_size: int) -> RankTimeout:
+    """The RankTimeout of a launch: where each rank was (summary first, then whole stacks)."""
+    lines = [f"{fn_name} did not finish within {timeout:g} s on {world_size} rank(s) "
+             f"(deadlock or endless loop?); where each rank was:"]
+    for r, text in stacks.items():
+        lines.append(f"  rank {r}: {summarize_stack(text)}")
+    for r, text in stacks.items():
+        lines.append(f"--- rank {r}: stack at the timeout ---\n{text}")
+    return RankTimeout("\n".join(lines), stacks=stacks, timeout=timeout)
+
+
+def first_failure(procs: list[Any], jobs: list[RankJob], noticed: int, *,
+                  limited: bool = False) -> Exception:
+    """The failure that came first: the earliest error report, else the rank noticed first.
+
+    `limited`: the ranks ran under the sandbox's memory and process limits (a SIGKILL then
+    hints at them)."""
+    world_size = len(procs)
+    reports = []
+    for job in jobs:
+        report = _read_error(job.path("error.json"))
+        if report is not None:
+            reports.append((report["time"], job.rank, report))
+    if reports:
+        _, rank, report = min(reports, key=lambda item: (item[0], item[1]))
+        return _failure(jobs[rank], report, world_size)
+    procs[noticed].join(timeout=1)
+    return _exit_error(jobs[noticed], procs[noticed].exitcode, world_size, limited)

@@ -1,0 +1,215 @@
+"""The forkserver every rank is forked from, and what reaches a rank through it.
+
+One forkserver per process (stdlib multiprocessing 'forkserver' context), started at the first
+launch with the rank environment. Before it starts, it can be prepared:
+- `preload(*modules)` / `configure(preload=...)`: modules it imports once, so no rank pays for
+  them (the harness's own rank entry point, cloudpickle and numpy always);
+- `configure(by_value_packages=...)`: packages whose code travels with the rank function
+  instead of being imported in the rank (suites the rank may not be able to see);
+- `use_wrapper(Wrapper(...))`: start Python under a command (the sandbox, `harness.sandbox`)
+  and keep rank work folders where that command lets ranks write.
+The harness names none of its callers' modules: a caller (a pytest plugin) passes them in.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.forkserver
+import os
+import shlex
+import sys
+import tempfile
+import types
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+PRELOAD = ["harness.rankmain", "cloudpickle", "numpy"]
+BY_VALUE_PACKAGES: list[str] = []
+RANK_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+            "TORCH_SHOW_CPP_STACKTRACES": "0", "PYTHONFAULTHANDLER": "0"}
+
+
+@dataclass(frozen=True)
+class Wrapper:
+    """How ranks start when something (the sandbox) wraps them.
+
+    `command` goes before Python, `setup_lines` are shell lines run first (e.g. joining a
+    cgroup); rank work folders are made under `workdir_base` (visible and writable inside);
+    `max_processes`, when set, is the RLIMIT_NPROC each rank puts on itself (only where ranks
+    run as a user of their own, since the limit counts all of that user's processes).
+    """
+
+    command: tuple[str, ...]
+    setup_lines: tuple[str, ...] = ()
+    workdir_base: str | None = None
+    max_processes: int | None = None
+
+
+_context: Any = None
+_wrapper: Wrapper | None = None
+
+
+def running() -> bool:
+    """Whether this process's forkserver has started (its preparation is then fixed)."""
+    server = multiprocessing.forkserver._forkserver
+    return _context is not None or bool(getattr(server, "_forkserver_pid", None))
+
+
+def preload(*modules: str) -> bool:
+    """Have the forkserver import `modules` once, so no rank pays for them (e.g. torch._dynamo,
+    which torch.optim imports on first use: seconds per rank). Call before the first launch;
+    returns False (and changes nothing) once the forkserver runs."""
+    return _extend_preload(modules)
+
+
+def configure(*, preload: Iterable[str] = (), by_value_packages: Iterable[str] = ()) -> bool:
+    """Add modules to preload (see `preload`) and packages to send by value.
+
+    A rank function's own module always travels by value; `by_value_packages` adds packages its
+    code may use that ranks cannot or should not import (hidden suites). Either list only
+    grows. Returns False when the preload list could no longer change (the forkserver runs);
+    the by-value packages apply to every later launch regardless.
+    """
+    if isinstance(preload, str) or isinstance(by_value_packages, str):
+        raise TypeError("configure takes lists of module names, not a single str")
+    BY_VALUE_PACKAGES.extend(p for p in by_value_packages if p not in BY_VALUE_PACKAGES)
+    return _extend_preload(preload)
+
+
+def use_wrapper(wrapper: Wrapper) -> None:
+    """Start the forkserver (so every rank) under `wrapper`. Raises RuntimeError once it runs."""
+    global _wrapper
+    if running():
+        raise RuntimeError("the rank wrapper (sandbox) must be set before the first launch in "
+                           "this process")
+    _wrapper = wrapper
+
+
+def wrapper() -> Wrapper | None:
+    """The wrapper ranks start under, or None."""
+    return _wrapper
+
+
+def workdir_base() -> str | None:
+    """Where rank work folders must be made (visible and writable inside the wrapper), if any."""
+    return _wrapper.workdir_base if _wrapper else None
+
+
+def rank_env() -> dict[str, str]:
+    """The environment every rank (and the forkserver) starts with, on top of its own."""
+    env = dict(RANK_ENV)
+    if os.path.isdir("/sys/class/net/lo") and "GLOO_SOCKET_IFNAME" not in os.environ:
+        env["GLOO_SOCKET_IFNAME"] = "lo"  # loopback only: fast, and works without a network
+    return env
+
+
+def mp_context() -> Any:
+    """The forkserver context, started once per process with the rank environment."""
+    global _context
+    if _context is None:
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(PRELOAD)
+        command, setup_lines = (_wrapper.command, _wrapper.setup_lines) if _wrapper else ((), ())
+        ctx.set_executable(_write_interpreter(list(command), list(setup_lines)))
+        with _temporary_env(rank_env()), _spawn_preparation(workdir_base()):
+            multiprocessing.forkserver.ensure_running()
+        _context = ctx
+    return _context
+
+
+def start_process(target: Callable[..., Any], args: tuple[Any, ...], name: str) -> Any:
+    """Fork a daemon process from the forkserver running `target(*args)`; return it started."""
+    proc = mp_context().Process(target=target, args=args, name=name, daemon=True)
+    with _spawn_preparation(workdir_base()):
+        proc.start()
+    return proc
+
+
+def pickle_rank_function(fn: Callable) -> bytes:
+    """The rank function, by value: ranks never import (or even see) the test module.
+
+    The function's own module and the by-value packages are pickled by value (only what the
+    function references travels, not the parent's expected-value code); everything else, such
+    as torch and harness, by reference.
+    """
+    import cloudpickle  # preloaded in the forkserver; imported here only when a launch needs it
+
+    qualname = getattr(fn, "__qualname__", "")
+    if not callable(fn) or "<locals>" in qualname or "<lambda>" in qualname or not qualname:
+        raise ValueError(f"launch needs a module-level function, not {fn!r}: define it at the "
+                         "top level of the test module")
+    names = {fn.__module__} | {p for p in BY_VALUE_PACKAGES if p in sys.modules}
+    names = {n for n in names if n in sys.modules and n != "__main__"}
+    registered = []
+    try:
+        for name in names:
+            try:
+                cloudpickle.register_pickle_by_value(sys.modules[name])
+                registered.append(name)
+            except ValueError:  # already registered by a concurrent caller
+                pass
+        return cloudpickle.dumps(fn)
+    finally:
+        for name in registered:
+            cloudpickle.unregister_pickle_by_value(sys.modules[name])
+
+
+def _extend_preload(modules: Iterable[str]) -> bool:
+    if _context is not None:
+        return False
+    PRELOAD.extend(m for m in modules if m not in PRELOAD)
+    return True
+
+
+@contextmanager
+def _temporary_env(values: dict[str, str]) -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
+
+
+def _write_interpreter(prefix: list[str], setup_lines: list[str]) -> str:
+    """A wrapper that starts Python (under `prefix`, e.g. the sandbox) through harness/shim.py."""
+    shim = os.path.join(os.path.dirname(os.path.abspath(__file__)), "shim.py")
+    folder = tempfile.mkdtemp(prefix="mlsys-interpreter-")
+    os.chmod(folder, 0o755)
+    path = os.path.join(folder, "python")
+    command = [*prefix, sys.executable, "-I", shim]
+    with open(path, "w") as f:
+        f.write("\n".join(["#!/bin/sh", *setup_lines,
+                           "exec " + " ".join(shlex.quote(a) for a in command) + ' "$@"']) + "\n")
+    os.chmod(path, 0o755)
+    return path
+
+
+@contextmanager
+def _spawn_preparation(cwd: str | None = None) -> Iterator[None]:
+    """Shape what multiprocessing tells a new rank about this process.
+
+    `__main__` is hidden so the child does not re-run the parent's script (`python -m pytest`, a
+    benchmark): rank functions travel by value instead. Under the sandbox the working directory
+    is switched to one the rank can see, since the child starts by changing into it.
+    """
+    saved = sys.modules.get("__main__")
+    blank = types.ModuleType("__main__")
+    blank.__spec__ = None
+    sys.modules["__main__"] = blank
+    old_cwd = os.getcwd() if cwd else None
+    if cwd:
+        os.chdir(cwd)
+    try:
+        yield
+    finally:
+        if saved is not None:
+            sys.modules["__main__"] = saved
+        if old_cwd:
+            os.chdir(old_cwd)
