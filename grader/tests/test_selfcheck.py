@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-import grader.selfcheck as selfcheck_module
-from grader.manifest import load_manifest
-from grader.selfcheck import (
+import grader.instructor.selfcheck as selfcheck_module
+from grader.instructor.selfcheck import (
     judge_mutant,
     judge_points,
     judge_solution,
@@ -15,6 +14,7 @@ from grader.selfcheck import (
     plan,
     selfcheck,
 )
+from grader.manifest import load_manifest
 from grader.tests._fakes import entry, make_course, session, solution_tests, stub_tests
 
 NOT_IMPL = "not implemented yet: add: see README §1"
@@ -88,7 +88,7 @@ def test_plan_runs_solutions_then_stubs_then_each_mutant(tmp_path):
     course = load_manifest(root / "assignments" / "course.toml")
     assert mutant_names("toy", root) == ["a_bad", "b_bad"]
     jobs = plan(course, [], root, root / "suites")
-    assert [(j.kind, j.impl) for j in jobs] == [
+    assert [(j.kind, j.impl.text) for j in jobs] == [
         ("solution", "solutions"), ("stub", "assignments"),
         ("mutant", "mutant:toy/a_bad"), ("mutant", "mutant:toy/b_bad")]
     assert jobs[0].paths == (root / "suites" / "toy",)
@@ -99,8 +99,8 @@ def fake_sessions(monkeypatch, sessions: dict):
     calls = []
 
     def fake_run_session(paths, impl, *, stop_first=False, **kwargs):
-        calls.append((impl, stop_first))
-        return sessions[impl]
+        calls.append((impl.text, stop_first))
+        return sessions[impl.text]
 
     monkeypatch.setattr(selfcheck_module, "run_session", fake_run_session)
     return calls
