@@ -1,4 +1,10 @@
-"""`python -m grader`: grade, selfcheck, list, coursemap and bench.
+"""`python -m grader`: grade, list, coursemap and bench, and the subcommands of the packages.
+
+The subcommands of `grader/pr/`, `grader/worksheets/` and `grader/instructor/` are found in the
+packages present: every module there that defines
+`register(sub: argparse._SubParsersAction) -> None` adds its parser and sets
+`handler=fn(args, course) -> int`. A student release has no `grader/instructor/`, so selfcheck,
+release, gradebook and the rest are simply not there.
 
 Exit status: 0 when the command did its job — grading a submission that fails every test is
 a job done —; 1 when selfcheck finds a breach or grading hit a grader or collection error;
@@ -9,7 +15,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
+import pkgutil
 import sys
+import types
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -17,15 +26,10 @@ from grader.manifest import REPO_ROOT, Course, ManifestError, load_manifest
 from grader.reports import format_table, terminal_report, write_reports
 from grader.runner import run_session, suite_paths
 
-_BUILTIN_IMPLS = ("assignments", "solutions")
-# Subcommands that live in modules of their own. Each module defines
-# `register(sub: argparse._SubParsersAction) -> None`, which adds its parser and sets
-# `handler=fn(args, course) -> int`. Instructor-only modules are left out of a student release,
-# so their absence is not an error.
-_SUBCOMMAND_MODULES: tuple[str, ...] = ("grader.worksheets", "grader.gradebook",
-                                        "grader.pr_files", "grader.pr_grade", "grader.pr_comment",
-                                        "grader.pr_post", "grader.rehearse")
-_INSTRUCTOR_ONLY_MODULES: tuple[str, ...] = ("grader.adversarial", "grader.release")
+# Packages whose modules may add subcommands; a package missing from this checkout adds none.
+COMMAND_PACKAGES = ("grader.pr", "grader.worksheets", "grader.instructor")
+# Where `--impl` is parsed (resolve_impl) and described (IMPL_HELP).
+_IMPL_SOURCE = REPO_ROOT / "harness" / "impl.py"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -64,11 +68,7 @@ def _parser() -> argparse.ArgumentParser:
 
     grade = sub.add_parser("grade", help="run public + hidden suites and write reports")
     grade.add_argument("ids", nargs="*", metavar="ID", help="assignments (default: all)")
-    grade.add_argument(
-        "--impl", default="assignments",
-        help="assignments | solutions | mutant:<id>/<name> | a directory laid out like "
-        "assignments/ (default: assignments)",
-    )
+    grade.add_argument("--impl", default="assignments", help=_impl_help())
     grade.add_argument("--out", type=Path, default=Path("grading"),
                        help="where results.json, summary.md and junit.xml go (default: grading/)")
     grade.add_argument("--suites", type=Path, default=None,
@@ -87,37 +87,50 @@ def _parser() -> argparse.ArgumentParser:
                        help="skip the nbgrader worksheets (they are skipped with --select too)")
     grade.set_defaults(handler=_grade)
 
-    check = sub.add_parser("selfcheck", help="prove the suites against solutions, stubs, mutants")
-    check.add_argument("ids", nargs="*", metavar="ID", help="assignments (default: all)")
-    check.add_argument("--suites", type=Path, default=None,
-                       help="folder of hidden suites, <suites>/<id>/ (default: grader/suites)")
-    check.add_argument("-j", "--jobs", type=int, default=2,
-                       help="pytest sessions run side by side (default: 2)")
-    check.add_argument("--timeout", type=float, default=600.0,
-                       help="seconds before one session is killed as hung (default: 600)")
-    check.set_defaults(handler=_selfcheck)
-
     sub.add_parser("list", help="print the course map").set_defaults(handler=_list)
     sub.add_parser("coursemap", help="print the course map as Markdown (for README.md)") \
         .set_defaults(handler=_coursemap)
     bench = sub.add_parser("bench", help="run a benchmark: bench <name> [args]", add_help=False)
     bench.add_argument("rest", nargs=argparse.REMAINDER)
-    for name in _SUBCOMMAND_MODULES + _INSTRUCTOR_ONLY_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if name in _INSTRUCTOR_ONLY_MODULES and exc.name == name:
-                continue
-            raise
+    for module in command_modules():
         module.register(sub)
     return parser
 
 
+def command_modules() -> list[types.ModuleType]:
+    """The modules of `COMMAND_PACKAGES` present in this checkout that define `register`."""
+    found = []
+    for package in COMMAND_PACKAGES:
+        if importlib.util.find_spec(package) is None:
+            continue
+        path = importlib.import_module(package).__path__
+        for info in pkgutil.iter_modules(path, f"{package}."):
+            module = importlib.import_module(info.name)
+            if callable(getattr(module, "register", None)):
+                found.append(module)
+    return found
+
+
+def _impl_help() -> str:
+    """`harness.impl.IMPL_HELP`, read from the file: importing the harness package pulls in
+    torch, and the parser is built for every command, pr-comment's torch-free job included."""
+    import ast
+
+    tree = ast.parse(_IMPL_SOURCE.read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "IMPL_HELP" for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise RuntimeError(f"{_IMPL_SOURCE} defines no IMPL_HELP")
+
+
 def _grade(args: argparse.Namespace, course: Course) -> int:
-    impl = _resolve_impl(args.impl)
-    if impl is None:
-        print(f"error: --impl {args.impl!r} is neither assignments, solutions, "
-              "mutant:<id>/<name> nor an existing directory", file=sys.stderr)
+    from harness.impl import resolve_impl
+
+    try:
+        impl = resolve_impl(args.impl, args.root)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     suites = args.suites.resolve() if args.suites is not None else None
     paths = []
@@ -129,7 +142,8 @@ def _grade(args: argparse.Namespace, course: Course) -> int:
     if not paths:
         print("error: no tests to run", file=sys.stderr)
         return 1
-    print(f"grading {impl} on {len(paths)} suite path(s) with {args.workers} worker(s)")
+    print(f"grading {impl.argument} on {len(paths)} suite path(s) with {args.workers} "
+          "worker(s)")
     extra = ["--sandbox", args.sandbox]
     if args.select:
         extra += ["-k", args.select]
@@ -144,7 +158,7 @@ def _grade(args: argparse.Namespace, course: Course) -> int:
     titles = {a.id: a.title for a in course.assignments}
     result = session.result
     if not (args.select or args.no_worksheets):
-        from grader.worksheets import with_worksheet_results
+        from grader.worksheets.grading import with_worksheet_results
 
         result = with_worksheet_results(result, course, args.ids, impl, args.root, suites)
     write_reports(result, args.out, titles, {"name": course.name, "version": course.version})
@@ -161,16 +175,6 @@ def _grade(args: argparse.Namespace, course: Course) -> int:
     return 0
 
 
-def _resolve_impl(impl: str) -> str | None:
-    """The --impl value to pass on (directories made absolute), or None when invalid."""
-    if impl in _BUILTIN_IMPLS:
-        return impl
-    if impl.startswith("mutant:"):
-        return impl if "/" in impl.removeprefix("mutant:") else None
-    path = Path(impl)
-    return str(path.resolve()) if path.is_dir() else None
-
-
 def _progress_printer():
     """Echo the session's output (the plugin's one line per finished test), indented."""
 
@@ -179,14 +183,6 @@ def _progress_printer():
             print(f"  {line}", flush=True)
 
     return echo
-
-
-def _selfcheck(args: argparse.Namespace, course: Course) -> int:
-    from grader.selfcheck import selfcheck
-
-    suites = args.suites.resolve() if args.suites is not None else None
-    return selfcheck(course, args.ids, args.root, suites, jobs=args.jobs, timeout=args.timeout,
-                     echo=lambda line: print(line, flush=True))
 
 
 def _list(args: argparse.Namespace, course: Course) -> int:

@@ -43,7 +43,7 @@ class Assignment:
     modules: tuple[str, ...]
     provided: tuple[str, ...] = ()
     extra_editable: tuple[str, ...] = ()
-    worksheet_points: int = 0  # the nbgrader worksheet (grader/worksheets.py), graded apart
+    worksheet_points: int = 0  # the nbgrader worksheet (grader/worksheets/), graded apart
 
     @property
     def hidden_points(self) -> int:

@@ -12,25 +12,17 @@ and reasons to each report's `user_properties`; the controller collects and writ
 from __future__ import annotations
 
 import functools
-import json
 import os
-import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from harness import launcher
+from grader import session_setup
+from grader.results import NOT_GRADED_HERE, RunResult, TestResult, clip_reason
 from harness.errors import NotImplementedInRank
-from harness.impl import REPO_ROOT, resolve_impl
-
-REASON_CHARS = 300
-NOT_GRADED_HERE = "not graded on this machine"
-# Grader modules that rank code uses: imported once by the forkserver, or (the suites, which
-# sandboxed ranks cannot see, also when they come from --suites PATH) sent with the rank function.
-RANK_PRELOAD = ("grader.compare", "grader.seeds")
-RANK_BY_VALUE_PACKAGES = ("grader.suites",)
+from harness.impl import IMPL_HELP, REPO_ROOT, ImplSpec
 
 
 @dataclass
@@ -48,11 +40,18 @@ class TestOutcome:
     margin: float | None = None  # worst observed error / tolerance of its comparisons
     margin_at: str = ""  # which comparison that was
 
+    def result(self) -> TestResult:
+        return TestResult(
+            nodeid=self.nodeid, name=self.name, assignment=self.assignment,
+            visibility=self.visibility, points=self.points, outcome=self.outcome,
+            reason=self.reason, not_implemented=self.not_implemented,
+            not_graded_here=self.not_graded_here, duration=self.duration, margin=self.margin,
+            margin_at=self.margin_at)
+
 
 @dataclass
 class _State:
-    impl: str  # what ranks load: a name, mutant:<id>/<name>, or an absolute folder
-    impl_label: str  # the --impl as given, for the reports
+    impl: ImplSpec  # the --impl of this session, resolved once
     results_path: str | None
     progress: bool
     hidden_roots: list[Path]
@@ -67,9 +66,8 @@ STATE = pytest.StashKey[_State]()
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("mlsys", "mlsys-labs grading")
-    group.addoption("--impl", default=None, metavar="IMPL",
-                    help="code under test: assignments (default), solutions, mutant:<id>/<name>, "
-                         "or a directory laid out like assignments/ (env: MLSYS_IMPL)")
+    group.addoption("--impl", default=os.environ.get("MLSYS_IMPL") or "assignments",
+                    metavar="IMPL", help=IMPL_HELP + "; env: MLSYS_IMPL")
     group.addoption("--graded", action="store_true",
                     help="require @pytest.mark.points on every collected test")
     group.addoption("--hidden-root", action="append", default=[], metavar="DIR",
@@ -92,70 +90,16 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "points(n): points a grading test is worth, "
                                        "e.g. @pytest.mark.points(5)")
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU; skipped with a reason on CPU")
-    impl = label = config.getoption("impl") or os.environ.get("MLSYS_IMPL") or "assignments"
-    _set_variation(config.getoption("seed_shift"), config.getoption("rank_threads"))
-    launcher.configure(preload=RANK_PRELOAD, by_value_packages=RANK_BY_VALUE_PACKAGES)
-    root = Path(config.rootpath).resolve()
-    if impl in ("assignments", "solutions") and root != REPO_ROOT and (root / impl).is_dir():
-        # `python -m grader --root OTHER grade`: grade that checkout's folder, not ours.
-        impl = str(root / impl)
-    try:
-        resolve_impl(impl)
-    except ValueError as exc:
-        raise pytest.UsageError(str(exc)) from None
+    session_setup.set_variation(config.getoption("seed_shift"), config.getoption("rank_threads"))
+    session_setup.configure_ranks()
+    impl = session_setup.implementation(config.getoption("impl"), Path(config.rootpath))
     roots = [REPO_ROOT / "grader" / "suites"]
     roots += [Path(p).resolve() for p in config.getoption("hidden_root")]
-    _provide_suites_package(roots[1:])
-    sandbox_status = _enable_sandbox(config.getoption("sandbox"), impl, roots)
-    config.stash[STATE] = _State(impl=impl, impl_label=label,
-                                 results_path=config.getoption("mlsys_results"),
+    session_setup.provide_suites_package(roots[1:])
+    sandbox_status = session_setup.enable_sandbox(config.getoption("sandbox"), impl, roots)
+    config.stash[STATE] = _State(impl=impl, results_path=config.getoption("mlsys_results"),
                                  progress=config.getoption("mlsys_progress"), hidden_roots=roots,
                                  sandbox=sandbox_status)
-
-
-def _set_variation(seed_shift: int, rank_threads: int) -> None:
-    """Apply --seed-shift and --rank-threads (before any launch starts the forkserver)."""
-    from grader import seeds
-
-    try:
-        seeds.set_shift(seed_shift)
-        launcher.set_rank_threads(rank_threads)
-    except ValueError as exc:
-        raise pytest.UsageError(str(exc)) from None
-
-
-def _provide_suites_package(hidden_roots: list[Path]) -> None:
-    """Hidden suites import `grader.suites.<id>._common`. A student release ships no
-    grader/suites, so when the suites come from elsewhere (`--suites PATH`), make
-    `grader.suites` the package whose folder is that path."""
-    if (REPO_ROOT / "grader" / "suites").is_dir() or not hidden_roots:
-        return
-    import types
-
-    import grader
-
-    package = types.ModuleType("grader.suites")
-    package.__path__ = [str(p) for p in hidden_roots]
-    package.__package__ = "grader.suites"
-    sys.modules.setdefault("grader.suites", package)
-    grader.suites = sys.modules["grader.suites"]  # type: ignore[attr-defined]
-
-
-def _enable_sandbox(mode: str, impl: str, hidden_roots: list[Path]) -> dict[str, Any]:
-    """Sandbox this process's ranks; hide suites, solutions (unless under test) and git history."""
-    from harness import sandbox
-
-    if mode == "off":
-        return sandbox.status().to_plain()
-    spec = resolve_impl(impl)
-    hide = [str(p) for p in hidden_roots] + [str(REPO_ROOT / ".git")]
-    if spec.kind not in ("solutions", "mutant"):
-        hide.append(str(REPO_ROOT / "solutions"))
-    readable = [spec.root] if spec.kind == "dir" else []
-    status = sandbox.enable(sandbox.SandboxConfig(hide=tuple(hide), readable=tuple(readable)))
-    if mode == "strict" and status.mode != "full":
-        raise pytest.UsageError(f"{status.summary}; --sandbox strict needs the full sandbox")
-    return status.to_plain()
 
 
 # -- classification -------------------------------------------------------------------------
@@ -219,12 +163,12 @@ def short_reason(excinfo: pytest.ExceptionInfo[BaseException] | None) -> tuple[s
     text = str(exc).strip()
     first = text.splitlines()[0] if text else ""
     if isinstance(exc, NotImplementedInRank):
-        return first[:REASON_CHARS], "not_implemented"
+        return clip_reason(first), "not_implemented"
     if isinstance(exc, NotImplementedError):
-        return f"not implemented yet: {first}"[:REASON_CHARS], "not_implemented"
+        return clip_reason(f"not implemented yet: {first}"), "not_implemented"
     if isinstance(exc, AssertionError):
-        return (first or "assertion failed")[:REASON_CHARS], "assertion"
-    return f"{type(exc).__name__}: {first}"[:REASON_CHARS], "error"
+        return clip_reason(first or "assertion failed"), "assertion"
+    return clip_reason(f"{type(exc).__name__}: {first}"), "error"
 
 
 @pytest.hookimpl(wrapper=True)
@@ -236,14 +180,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
     if margins:
         worst = max(margins, key=lambda m: m.ratio)
         report.user_properties = [*report.user_properties, ("margin", worst.ratio),
-                                  ("margin_at", worst.what[:REASON_CHARS])]
+                                  ("margin_at", clip_reason(worst.what))]
     if report.failed:
         reason, kind = short_reason(call.excinfo)
         report.user_properties = [*report.user_properties, ("reason", reason),
                                   ("failure_kind", kind)]
     elif report.skipped and call.excinfo is not None:
         text = str(getattr(call.excinfo.value, "msg", "") or call.excinfo.value)
-        report.user_properties = [*report.user_properties, ("reason", text[:REASON_CHARS])]
+        report.user_properties = [*report.user_properties, ("reason", clip_reason(text))]
     return report
 
 
@@ -301,7 +245,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 def _skip_text(report: pytest.TestReport) -> str:
     longrepr = report.longrepr
     if isinstance(longrepr, tuple) and len(longrepr) == 3:
-        return str(longrepr[2]).removeprefix("Skipped: ")[:REASON_CHARS]
+        return clip_reason(str(longrepr[2]).removeprefix("Skipped: "))
     return ""
 
 
@@ -321,27 +265,22 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state = config.stash[STATE]
     if _is_worker(config) or not state.results_path:
         return
-    data: dict[str, Any] = {
-        "impl": state.impl_label,
-        "sandbox": state.sandbox,
-        "tests": [asdict(t) for t in state.tests.values()],
-        "collection_errors": list(state.collection_errors),
-        "exitstatus": int(exitstatus),
-    }
-    path = Path(state.results_path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1))
+    sandbox = tuple((str(k), str(v)) for k, v in state.sandbox.items()
+                    if isinstance(v, (str, int, float, bool)))
+    run = RunResult(state.impl.text, tuple(t.result() for t in state.tests.values()),
+                    tuple(state.collection_errors), int(exitstatus), sandbox)
+    run.save(Path(state.results_path))
 
 
 # -- fixtures ---------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
-def impl(pytestconfig: pytest.Config) -> str:
-    """The --impl of this run (assignments, solutions, mutant:<id>/<name> or a directory)."""
+def impl(pytestconfig: pytest.Config) -> ImplSpec:
+    """The --impl of this run, resolved (`harness.impl.ImplSpec`: kind, root, text)."""
     return pytestconfig.stash[STATE].impl
 
 
 @pytest.fixture(scope="session")
-def launch(impl: str):
+def launch(impl: ImplSpec):
     """`harness.launch` with `impl` bound to this run's --impl."""
     from harness.launcher import launch as _launch
 

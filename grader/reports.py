@@ -1,36 +1,34 @@
-"""Reports of one graded run: results.json, summary.md, junit.xml and the terminal table.
+"""Reports of one graded run: summary.md, junit.xml and the terminal table (results.json is
+written through `grader/gradescope.py`).
 
 Every report is built from the plugin's `RunResult` only, so hidden tests show exactly what the
 plugin let through — name, points and a one-line reason — never source or tracebacks (that is
 why junit.xml is written here rather than by pytest's `--junitxml`).
 
-- `gradescope_json()`: Gradescope's autograder schema (top-level `score`, `tests[]` with
-  `name`, `score`, `max_score`, `status`, `output`, `visibility`), validated in the tests
-  against `grader/schemas/results.schema.json`. Hidden-suite tests are `visible` too: students
-  are meant to see their name, points and short reason; the suite is in `tags`.
-- `summary_markdown()`: the PR comment, at most `COMMENT_LIMIT` characters.
-- `junit_xml()`: one `<testsuite>` per assignment, points as a property of each case.
+- `write_reports()`: results.json, summary.md and junit.xml into one folder;
+- `summary_markdown()`: the PR comment, at most `COMMENT_LIMIT` characters;
+- `junit_xml()`: one `<testsuite>` per assignment, points as a property of each case;
 - `terminal_report()`: plain-text tables for the console.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from grader.gradescope import write_results_json
 from grader.results import (
     NOT_GRADED_HERE,
     AssignmentScore,
     RunResult,
     TestResult,
+    clip_reason,
     error_summary,
 )
 
 COMMENT_LIMIT = 65_536  # GitHub rejects longer issue and PR comments.
-REASON_CHARS = 200
 MAX_ERRORS_SHOWN = 10
 _TRUNCATED = "\n\n> **Report truncated** ({shown} of {total} test rows shown) to fit a comment. "
 _TRUNCATED += "The full results are in `results.json` and `junit.xml`.\n"
@@ -44,84 +42,9 @@ def write_reports(run: RunResult, out_dir: Path, titles: dict[str, str] | None =
     refuse results of another course version.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
-    document = gradescope_json(run, tuple(titles or ()), course)
-    results = json.dumps(document, indent=2, ensure_ascii=False)
-    (out_dir / "results.json").write_text(results + "\n", encoding="utf-8")
+    write_results_json(run, out_dir, tuple(titles or ()), course)
     (out_dir / "summary.md").write_text(summary_markdown(run, titles), encoding="utf-8")
     (out_dir / "junit.xml").write_text(junit_xml(run), encoding="utf-8")
-
-
-def gradescope_json(run: RunResult, order: tuple[str, ...] = (),
-                    course: Mapping[str, str] | None = None) -> dict:
-    """The run in Gradescope's results.json format; assignments in `order` (course order).
-
-    Worksheet cells are tests like the others, with `extra_data.part` = "worksheet"; each
-    assignment's totals list its parts. `extra_data.course` is the manifest's name and
-    version ("" when not given).
-    """
-    tests = []
-    ordered = [t for a in run.by_assignment(order) for t in a.tests]
-    for number, test in enumerate(ordered, start=1):
-        tests.append({
-            "name": f"{test.assignment}: {test.name}",
-            "number": str(number),
-            "score": test.score,
-            "max_score": test.max_score,
-            # Never "passed" for an ungraded GPU test: 0 of 0 points, reported as not run.
-            "status": "passed" if test.passed else "failed",
-            "output": _gradescope_output(test),
-            "visibility": "visible",
-            "tags": [test.assignment, test.visibility],
-            "extra_data": {
-                "nodeid": test.nodeid if test.visibility == "public" else "",
-                "outcome": test.outcome,
-                "points": test.points,
-                "not_implemented": test.not_implemented,
-                "not_graded_here": test.not_graded_here,
-                "part": test.part,
-            },
-        })
-    totals = {
-        a.id: {
-            "score": a.score, "max_score": a.max_score,
-            "parts": {p: {"score": sc, "max_score": mx} for p, (sc, mx) in a.parts().items()},
-        }
-        for a in run.by_assignment(order)
-    }
-    course = dict(course or {})
-    return {
-        "score": run.score,
-        "execution_time": round(run.duration),  # whole seconds, as Gradescope shows them
-        "output": _overall_line(run),
-        "visibility": "visible",
-        "stdout_visibility": "hidden",
-        "extra_data": {
-            "impl": run.impl,
-            "course": {"name": course.get("name", ""), "version": course.get("version", "")},
-            "max_score": run.max_score,
-            "assignments": totals,
-            "collection_errors": [_short(error_summary(e)) for e in run.collection_errors],
-            "sandbox": dict(run.sandbox),
-        },
-        "tests": tests,
-    }
-
-
-def _gradescope_output(test: TestResult) -> str:
-    if test.passed:
-        return f"passed ({test.points} points)"
-    text = _one_line(test.feedback)
-    if test.not_graded_here:
-        return f"{text}; its {test.points} points are excluded from the maximum"
-    return text
-
-
-def _overall_line(run: RunResult) -> str:
-    line = f"{run.score} / {run.max_score} points ({run.impl})"
-    excluded = sum(t.points for t in run.tests if t.not_graded_here)
-    if excluded:
-        line += f"; {excluded} points of GPU-only tests {NOT_GRADED_HERE}"
-    return line
 
 
 def summary_markdown(
@@ -136,7 +59,7 @@ def summary_markdown(
         head += [f"Rank processes ran in the {md_escape(run.sandbox_summary)}", ""]
     if run.collection_errors:
         head += ["**The grader could not collect every test** (this is not your score):", ""]
-        errors = [f"- {md_escape(_short(error_summary(e)))}" for e in run.collection_errors]
+        errors = [f"- {md_escape(clip_reason(error_summary(e)))}" for e in run.collection_errors]
         if len(errors) > MAX_ERRORS_SHOWN:
             hidden = len(errors) - MAX_ERRORS_SHOWN
             errors = errors[:MAX_ERRORS_SHOWN] + [f"- … and {hidden} more"]
@@ -172,9 +95,9 @@ def _test_row(test: TestResult) -> str:
     if test.passed:
         result = "✅ passed"
     elif test.not_graded_here:
-        result = f"⏭️ {md_escape(_short(test.feedback))}"
+        result = f"⏭️ {md_escape(clip_reason(test.feedback))}"
     else:
-        result = f"❌ {md_escape(_short(test.feedback))}"
+        result = f"❌ {md_escape(clip_reason(test.feedback))}"
     points = f"– / {test.points}" if test.not_graded_here else f"{test.score} / {test.points}"
     return f"| {md_escape(test.name)} | {_suite(test)} | {points} | {result} |\n"
 
@@ -228,11 +151,6 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def _short(text: str) -> str:
-    text = _one_line(text)
-    return text if len(text) <= REASON_CHARS else text[: REASON_CHARS - 1] + "…"
-
-
 _XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 
 
@@ -251,7 +169,7 @@ def junit_xml(run: RunResult) -> str:
             props = ET.SubElement(case, "properties")
             ET.SubElement(props, "property", name="points", value=str(test.points))
             ET.SubElement(props, "property", name="score", value=str(test.score))
-            message = _xml_text(_short(test.feedback))
+            message = _xml_text(clip_reason(test.feedback))
             if test.outcome == "skipped":
                 counts["skipped"] += 1
                 ET.SubElement(case, "skipped", message=message)
@@ -297,7 +215,7 @@ def terminal_report(run: RunResult, titles: dict[str, str] | None = None) -> str
         for t in a.tests:
             verdict = "PASS" if t.passed else ("n/a" if t.not_graded_here else "FAIL")
             points = f"-/{t.points}" if t.not_graded_here else f"{t.score}/{t.points}"
-            rows.append([t.name, _suite(t), points, verdict, _short(t.feedback)])
+            rows.append([t.name, _suite(t), points, verdict, clip_reason(t.feedback)])
         blocks.append(f"{a.id}: {a.score}/{a.max_score}")
         blocks.append(format_table(["test", "suite", "points", "result", "reason"], rows))
         blocks.append("")
@@ -314,5 +232,5 @@ def terminal_report(run: RunResult, titles: dict[str, str] | None = None) -> str
         blocks.append(f"{excluded} points of GPU-only tests {NOT_GRADED_HERE}; "
                       "excluded from the maximum.")
     for error in run.collection_errors:
-        blocks.append(f"collection error: {_short(error_summary(error))}")
+        blocks.append(f"collection error: {clip_reason(error_summary(error))}")
     return "\n".join(blocks)

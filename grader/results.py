@@ -1,8 +1,10 @@
 """What one graded pytest run produced, and the score it earns.
 
-The plugin (`--mlsys-results PATH`) writes the run as JSON; `RunResult.load()` reads it back
-into frozen dataclasses, validating every field so a malformed file fails loudly here rather
-than as a wrong score later. Scoring rules, in one place:
+The plugin (`--mlsys-results PATH`) writes the run with `RunResult.save()`; `RunResult.load()`
+reads it back into frozen dataclasses, validating every field so a malformed file fails loudly
+here rather than as a wrong score later. (The Gradescope results.json made from a run is
+`grader/gradescope.py`.) Every reason shown for a test is at most `REASON_CHARS` characters,
+cut by `clip_reason`. Scoring rules, in one place:
 
 - a test earns its points only when it passed; failed, errored and skipped tests earn 0;
 - a GPU-only test skipped on a machine without a GPU (`not_graded_here`) earns 0 *and* leaves
@@ -14,14 +16,22 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 OUTCOMES = ("passed", "failed", "skipped", "error")
-PARTS = ("suite", "worksheet")  # pytest suites; the nbgrader worksheet (grader/worksheets.py)
+PARTS = ("suite", "worksheet")  # pytest suites; the nbgrader worksheet (grader/worksheets/)
 NOT_IMPLEMENTED = "not implemented yet"
 NOT_GRADED_HERE = "not graded on this machine"
+# The longest reason a test reports, anywhere: results files, comments, tables, junit.xml.
+REASON_CHARS = 200
+
+
+def clip_reason(text: str) -> str:
+    """`text` on one line, cut to `REASON_CHARS` with an ellipsis."""
+    text = " ".join(text.split())
+    return text if len(text) <= REASON_CHARS else text[: REASON_CHARS - 1] + "…"
 
 
 class ResultsError(ValueError):
@@ -165,6 +175,22 @@ class RunResult:
         ids += sorted({t.assignment for t in self.tests} - set(ids))
         ordered = sorted(self.tests, key=_report_order)
         return [AssignmentScore(i, tuple(t for t in ordered if t.assignment == i)) for i in ids]
+
+    def to_json(self) -> dict[str, Any]:
+        """The plugin's results file: what `from_json` reads."""
+        return {
+            "impl": self.impl,
+            "sandbox": dict(self.sandbox),
+            "tests": [asdict(t) for t in self.tests],
+            "collection_errors": list(self.collection_errors),
+            "exitstatus": self.exitstatus,
+        }
+
+    def save(self, path: Path) -> None:
+        """Write the run where `load` reads it (the plugin's `--mlsys-results PATH`)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_json(), indent=1))
 
     @classmethod
     def load(cls, path: Path) -> RunResult:

@@ -23,9 +23,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from grader.manifest import REPO_ROOT
 from grader.results import RunResult
+
+if TYPE_CHECKING:  # harness pulls in torch
+    from harness.impl import ImplSpec
 
 _BOOTSTRAP = (
     "import sys; sys.path.insert(0, {root!r}); import pytest; "
@@ -51,7 +55,7 @@ class Session:
 
 def pytest_command(
     paths: Sequence[str | Path],
-    impl: str,
+    impl: ImplSpec,
     results_path: Path,
     *,
     workers: int = 0,
@@ -63,13 +67,15 @@ def pytest_command(
 ) -> list[str]:
     """The argv of an isolated graded pytest session over `paths` (files or directories).
 
-    `root` is the course checkout the session grades (pytest's rootdir); the grader itself is
-    always imported from the checkout this module lives in. Tests under `suites` (default
-    `root/grader/suites`) are the hidden ones.
+    `impl` is the resolved --impl, handed on as a value the session's plugin resolves to the
+    same spec. `root` is the course checkout the session grades (pytest's rootdir); the grader
+    itself is always imported from the checkout this module lives in. Tests under `suites`
+    (default `root/grader/suites`) are the hidden ones.
     """
     command = [sys.executable, "-I", "-c", _BOOTSTRAP.format(root=str(REPO_ROOT))]
     command += ["--noconftest", "-p", "grader.plugin", "-p", "xdist.plugin", "--graded"]
-    command += ["--impl", impl, "--mlsys-results", str(results_path), f"--rootdir={root}"]
+    command += ["--impl", impl.argument, "--mlsys-results", str(results_path),
+                f"--rootdir={root}"]
     command += ["--hidden-root", str(hidden_root(root, suites))]
     # A broken suite file must not stop the others from grading; it is still reported.
     command += ["-p", "no:terminal", "-p", "no:cacheprovider", "--continue-on-collection-errors"]
@@ -86,7 +92,7 @@ def pytest_command(
 
 def run_session(
     paths: Sequence[str | Path],
-    impl: str,
+    impl: ImplSpec,
     *,
     workers: int = 0,
     stop_first: bool = False,

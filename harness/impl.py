@@ -7,8 +7,10 @@
   names; every other module comes from solutions/;
 - a directory laid out like assignments/ (e.g. `submission/ring_allreduce/ring.py`).
 
-`resolve_impl` runs in the parent and only checks paths; `load_module` runs in a rank and is the
-only place code under test is imported.
+`resolve_impl` is the one parser of that value: the grader resolves it once per run (the CLI,
+or the pytest plugin of each session) and passes the `ImplSpec` on; `IMPL_HELP` is the help text
+of every `--impl` option. `resolve_impl` runs in the parent and only checks paths; `load_module`
+runs in a rank and is the only place code under test is imported.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+IMPL_HELP = ("code under test: assignments, solutions, mutant:<id>/<name>, or a directory laid "
+             "out like assignments/ (default: %(default)s)")
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,11 @@ class ImplSpec:
     mutant_assignment: str = ""
     mutant_name: str = ""
     text: str = "assignments"
+
+    @property
+    def argument(self) -> str:
+        """The `--impl` value that resolves to this spec again, from any working directory."""
+        return self.root if self.kind == "dir" else self.text
 
 
 def mutant_target(path: Path) -> str | None:

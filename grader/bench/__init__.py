@@ -7,6 +7,7 @@ they never assert on time.
 
 from __future__ import annotations
 
+import argparse
 import ast
 import importlib
 import sys
@@ -45,3 +46,16 @@ def main(argv: list[str]) -> int:
         return 2
     module = importlib.import_module(f"grader.bench.{name}")
     return int(module.main(rest) or 0)
+
+
+def add_impl_option(parser: argparse.ArgumentParser, default: str = "solutions") -> None:
+    """`--impl`, resolved once while parsing: `args.impl` is a `harness.impl.ImplSpec`."""
+    from harness.impl import IMPL_HELP, resolve_impl
+
+    def resolved(text: str):
+        try:
+            return resolve_impl(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parser.add_argument("--impl", default=default, type=resolved, help=IMPL_HELP)

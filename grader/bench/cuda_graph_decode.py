@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from grader.bench import add_impl_option
+
 # About 120 kernels a step against ~6 us of weight reads: launch-bound on any GPU.
 GPU_CONFIG = {"vocab_size": 1024, "hidden": 256, "num_layers": 6, "num_heads": 8,
               "max_batch": 16, "max_len": 64}
@@ -88,9 +90,7 @@ def _print_table(report: dict[str, Any], batches: list[int]) -> None:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m grader bench cuda_graph_decode",
                                      description=__doc__.splitlines()[0])
-    parser.add_argument("--impl", default="solutions",
-                        help="code under test: solutions (default), assignments, "
-                             "mutant:<id>/<name>, or a directory laid out like assignments/")
+    add_impl_option(parser)
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument("--batches", default="1,8", help="comma-separated batch sizes (<= 16)")
     parser.add_argument("--steps", type=int, default=200)
@@ -111,7 +111,7 @@ def main(argv: list[str]) -> int:
     from harness import launch
     from harness.errors import LaunchError
 
-    print(f"cuda_graph_decode bench: impl={args.impl}, device={device}, float32, "
+    print(f"cuda_graph_decode bench: impl={args.impl.text}, device={device}, float32, "
           f"{config['num_layers']} layers x hidden {config['hidden']}, median of "
           f"{args.repeats} rounds of {args.steps} steps")
     try:

@@ -34,6 +34,8 @@ import time
 
 import torch
 
+from grader.bench import add_impl_option
+
 BYTES_PER_TOKEN = 2 * 80 * 8 * 128 * 2  # K and V, layers, KV heads, head dim, fp16 bytes
 
 
@@ -213,9 +215,7 @@ def report(cfg: dict, result: dict) -> None:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m grader bench paged_kv",
                                      description=__doc__.splitlines()[0])
-    parser.add_argument("--impl", default="solutions",
-                        help="code under test: solutions (default), assignments, "
-                             "mutant:<id>/<name>, or a directory laid out like assignments/")
+    add_impl_option(parser)
     parser.add_argument("--requests", type=int, default=256)
     parser.add_argument("--max-len", type=int, default=4096)
     parser.add_argument("--block-size", type=int, default=16)
@@ -235,7 +235,7 @@ def main(argv: list[str]) -> int:
     from harness import launch
     from harness.errors import LaunchError
 
-    print(f"paged_kv bench: impl={args.impl}")
+    print(f"paged_kv bench: impl={args.impl.text}")
     try:
         result = launch(bench_rank, world_size=1, args=(cfg,), impl=args.impl,
                         timeout=args.timeout).values[0]

@@ -27,6 +27,8 @@ import time
 import torch
 import torch.distributed as dist
 
+from grader.bench import add_impl_option
+
 DEFAULT_SIZES = (1 << 20, 1 << 24)
 
 
@@ -72,9 +74,7 @@ def _size_label(numel: int) -> str:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m grader bench ring_allreduce",
                                      description=__doc__.splitlines()[0])
-    parser.add_argument("--impl", default="solutions",
-                        help="code under test: solutions (default), assignments, "
-                             "mutant:<id>/<name>, or a directory laid out like assignments/")
+    add_impl_option(parser)
     parser.add_argument("--world-size", type=int, default=4)
     parser.add_argument("--sizes", default=",".join(str(s) for s in DEFAULT_SIZES),
                         help="comma-separated float32 element counts")
@@ -89,7 +89,7 @@ def main(argv: list[str]) -> int:
     from harness import launch
     from harness.errors import LaunchError
 
-    print(f"ring_allreduce bench: impl={args.impl}, {args.world_size} ranks, float32, "
+    print(f"ring_allreduce bench: impl={args.impl.text}, {args.world_size} ranks, float32, "
           f"median of {args.repeats} (slowest rank per call)")
     try:
         result = launch(bench_rank, args.world_size, args=(sizes, args.repeats, args.warmup),

@@ -30,6 +30,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from grader.bench import add_impl_option
+
 
 def _timed(device: torch.device, step) -> float:
     """Seconds of `step()`, started after a barrier so every rank starts together."""
@@ -89,9 +91,7 @@ def _slowest(per_rank: list[list[float]]) -> list[float]:
 def _parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m grader bench tensor_parallel",
                                      description=__doc__.splitlines()[0])
-    parser.add_argument("--impl", default="solutions",
-                        help="code under test: solutions (default), assignments, "
-                             "mutant:<id>/<name>, or a directory laid out like assignments/")
+    add_impl_option(parser)
     parser.add_argument("--ranks", default="1,2,4", help="world sizes, comma-separated")
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--ffn", type=int, default=1024)
@@ -125,7 +125,7 @@ def main(argv: list[str]) -> int:
         backend = "nccl" if torch.cuda.device_count() >= max(args.ranks) else "gloo"
     cfg = {k: getattr(args, k) for k in ("hidden", "ffn", "tokens", "dtype", "repeats",
                                          "warmup", "seed")}
-    print(f"tensor_parallel bench: impl={args.impl}, backend={backend}, MLP {args.hidden} -> "
+    print(f"tensor_parallel bench: impl={args.impl.text}, backend={backend}, MLP {args.hidden} -> "
           f"{args.ffn} -> {args.hidden}, {args.tokens} tokens, {args.dtype}; median of "
           f"{args.repeats} forward+backward (slowest rank per repetition)", flush=True)
     rows = []

@@ -30,6 +30,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from grader.bench import add_impl_option
+
 
 def _time_ms(fn: Callable[[], Any], inner: int) -> float:
     """Milliseconds per call of `fn`, over `inner` back-to-back calls between CUDA events."""
@@ -117,9 +119,7 @@ def bench_rank(ctx, names: list[str] | None = None, repeats: int = 15, inner: in
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m grader bench triton_kernels",
                                      description=__doc__.splitlines()[0])
-    parser.add_argument("--impl", default="solutions",
-                        help="code under test: solutions (default), assignments, "
-                             "mutant:<id>/<name>, or a directory laid out like assignments/")
+    add_impl_option(parser)
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--timeout", type=float, default=600.0)
     args = parser.parse_args(argv)
@@ -135,7 +135,7 @@ def main(argv: list[str]) -> int:
     from harness import launch
     from harness.errors import LaunchError
 
-    print(f"triton_kernels bench: impl={args.impl}, {torch.cuda.get_device_name()}, "
+    print(f"triton_kernels bench: impl={args.impl.text}, {torch.cuda.get_device_name()}, "
           f"median of {args.repeats}")
     try:
         result = launch(bench_rank, 1, kwargs={"repeats": args.repeats}, impl=args.impl,

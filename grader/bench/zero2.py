@@ -22,6 +22,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from grader.bench import add_impl_option
+
 
 def _build(width: int, depth: int, out: int) -> nn.Module:
     torch.manual_seed(0)
@@ -101,8 +103,7 @@ def rank_bench(ctx, width: int, depth: int, batch: int, steps: int, rounds: int)
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m grader bench zero2",
                                      description=__doc__.splitlines()[0])
-    parser.add_argument("--impl", default="solutions",
-                        help="code under test: solutions (default), assignments, or a directory")
+    add_impl_option(parser)
     parser.add_argument("--world-size", type=int, default=4)
     parser.add_argument("--width", type=int, default=1024)
     parser.add_argument("--depth", type=int, default=4, help="hidden width x width layers")
@@ -132,7 +133,7 @@ def main(argv: list[str]) -> int:
     n, numel = args.world_size, values[0]["numel"]
     print(f"zero2 benchmark: {n} ranks ({result.backend}), MLP {args.depth} x {args.width}^2 "
           f"-> 64, P = {numel:,} float32 parameters, {args.batch} rows per rank, "
-          f"impl = {args.impl}")
+          f"impl = {args.impl.text}")
     print(f"{'':34}{'DDP (all-reduce)':>18}{'ZeRO-2':>12}{'ratio':>9}")
     print(f"{'step time, median of rounds (ms)':34}{ddp_ms:>18.1f}{zero_ms:>12.1f}"
           f"{zero_ms / ddp_ms:>9.2f}")

@@ -51,7 +51,7 @@ import pytest
 
 
 def load(impl):
-    path = pathlib.Path.cwd() / impl / "toy" / "toy.py"
+    path = pathlib.Path(impl.root) / "toy" / "toy.py"
     spec = importlib.util.spec_from_file_location("toy_under_test", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from grader import adversarial
+from grader.instructor import adversarial
 
 CASES = adversarial.cases()
 

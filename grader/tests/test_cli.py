@@ -49,7 +49,7 @@ def test_bad_ids_impls_and_missing_tests_are_refused(tmp_path, capsys):
     assert grade(root, tmp_path / "out", "nope") == 2
     assert "unknown assignment 'nope'" in capsys.readouterr().err
     assert grade(root, tmp_path / "out", "--impl", "no/such/dir") == 2
-    assert "neither assignments, solutions" in capsys.readouterr().err
+    assert "not 'assignments', 'solutions'" in capsys.readouterr().err
     assert grade(root, tmp_path / "out", "--impl", "mutant:toy") == 2
     empty = make_course(tmp_path / "empty")
     assert cli.main(["--root", str(empty), "grade", "--out", str(tmp_path / "o")]) == 1

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from grader import gradebook as gbm
 from grader.cli import main
+from grader.gradescope import gradescope_json
+from grader.instructor import gradebook as gbm
 from grader.manifest import REPO_ROOT, load_manifest
-from grader.reports import gradescope_json
 from grader.results import RunResult
 from grader.results import TestResult as Result  # (a Test* name would be collected)
 

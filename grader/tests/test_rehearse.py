@@ -20,13 +20,13 @@ from pathlib import Path
 
 import pytest
 
+from grader.instructor.rehearse import rehearse
+from grader.instructor.release import build_release
 from grader.manifest import REPO_ROOT, load_manifest, tomllib
-from grader.pr_comment import MARKER, render
-from grader.pr_files import FILES_JSON, Change, PrFiles, apply_pull_request, editable_paths
-from grader.pr_grade import grade_command, run_grade, scrubbed_env
-from grader.pr_post import Api, PostError, post
-from grader.rehearse import rehearse
-from grader.release import build_release
+from grader.pr.apply import FILES_JSON, Change, PrFiles, apply_pull_request, editable_paths
+from grader.pr.comment import MARKER, render
+from grader.pr.grade import grade_command, run_grade, scrubbed_env
+from grader.pr.post import Api, PostError, post
 from grader.reports import COMMENT_LIMIT, write_reports
 from grader.results import RunResult
 from grader.results import TestResult as Result

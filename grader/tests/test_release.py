@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 import grader.cli as cli
-import grader.release as release_module
+import grader.instructor.release as release_module
+from grader.instructor.release import ReleaseError, build_release, is_shipped
+from grader.instructor.release_leaks import collect_secrets, find_leaks
 from grader.manifest import REPO_ROOT, load_manifest, tomllib
-from grader.release import ReleaseError, build_release, is_shipped
-from grader.release_leaks import collect_secrets, find_leaks
 
 
 @pytest.fixture(scope="module")
@@ -40,16 +40,44 @@ def test_release_holds_the_student_repository_and_nothing_instructor_only(releas
     for expected in ("README.md", "Makefile", "pyproject.toml", "requirements.txt",
                      "constraints.txt", "conftest.py", ".gitignore", "assignments/course.toml",
                      ".github/workflows/advisory.yml", ".github/workflows/grade.yml",
-                     "grader/cli.py", "grader/plugin.py", "grader/pr_files.py",
+                     "grader/cli.py", "grader/plugin.py", "grader/pr/apply.py",
                      "grader/schemas/results.schema.json", "harness/launcher.py"):
         assert expected in files, expected
     for a in load_manifest().assignments:
         for module in a.modules + a.provided + ("test_public",):
             assert f"assignments/{a.id}/{module}.py" in files
         assert f"assignments/{a.id}/README.md" in files
-    forbidden = re.compile(r"^(solutions/|grader/suites/|grader/tests/|harness/tests/|\.ci/|"
-                           r"docs/|grader/adversarial\.py|grader/release)|mutants/|__pycache__")
+    forbidden = re.compile(r"^(solutions/|grader/instructor/|grader/suites/|grader/tests/|"
+                           r"harness/tests/|\.ci/|docs/)|mutants/|__pycache__")
     assert not [f for f in files if forbidden.search(f)]
+
+
+def test_no_instructor_module_ships_and_every_shipped_module_imports(release):
+    """The release leaves out grader/instructor/ as a folder; what ships imports on its own
+    (no solutions/, no gradebook), and the CLI offers only the subcommands present."""
+    files = files_of(release)
+    assert not [f for f in files if f.startswith("grader/instructor/")]
+    assert (REPO_ROOT / "grader" / "instructor" / "selfcheck.py").is_file()
+    modules = sorted(
+        ".".join(Path(f).with_suffix("").parts).removesuffix(".__init__")
+        for f in files if f.startswith("grader/") and f.endswith(".py"))
+    assert "grader.pr.comment" in modules and "grader.worksheets.grading" in modules
+    script = ("import importlib, sys\n"
+              "sys.path.insert(0, '.')\n"
+              f"for name in {modules!r}:\n"
+              "    importlib.import_module(name)\n"
+              "assert not [m for m in sys.modules if m.startswith('grader.instructor')]\n"
+              "from grader.cli import _parser\n"
+              "sub = next(a for a in _parser()._actions if a.dest == 'command')\n"
+              "print(' '.join(sorted(sub.choices)))\n")
+    done = subprocess.run([sys.executable, "-I", "-c", script], cwd=release,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    commands = set(done.stdout.split())
+    assert {"grade", "list", "bench", "pr-apply", "pr-grade", "pr-comment", "pr-post"} <= commands
+    assert not commands & {"selfcheck", "release", "gradebook", "rehearse", "adversarial",
+                           "worksheets"}, commands
+    assert not (release / "solutions").exists()
 
 
 def test_templates_are_filled_and_match_the_course(release):
@@ -84,10 +112,11 @@ def test_release_refuses_bad_arguments(tmp_path):
 
 def test_shipping_rules():
     assert is_shipped("assignments/ring_allreduce/ring.py")
-    assert is_shipped("grader/pr_comment.py") and is_shipped("constraints.txt")
+    assert is_shipped("grader/pr/comment.py") and is_shipped("constraints.txt")
     for path in ("solutions/ring_allreduce/ring.py", "grader/suites/ppo/test_gae.py",
-                 "grader/tests/test_cli.py", "grader/adversarial.py", "harness/tests/x.py",
-                 "docs/trust.md", ".github/workflows/ci.yml", "grader/release_leaks.py"):
+                 "grader/tests/test_cli.py", "grader/instructor/adversarial.py",
+                 "harness/tests/x.py", "docs/trust.md", ".github/workflows/ci.yml",
+                 "grader/instructor/release_leaks.py", "grader/instructor/selfcheck.py"):
         assert not is_shipped(path), path
     assert is_shipped("grader/suites/ppo/test_gae.py", self_study=True)
     assert not is_shipped("solutions/ppo/ppo.py", self_study=True)

@@ -9,10 +9,10 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from grader.gradescope import gradescope_json
 from grader.reports import (
     COMMENT_LIMIT,
     format_table,
-    gradescope_json,
     md_escape,
     summary_markdown,
     terminal_report,

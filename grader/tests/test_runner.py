@@ -12,10 +12,11 @@ from pathlib import Path
 from grader.manifest import REPO_ROOT
 from grader.runner import hidden_root, isolated_env, pytest_command, run_session, suite_paths
 from grader.tests._fakes import make_course
+from harness.impl import resolve_impl
 
 
 def test_command_is_isolated_and_loads_only_our_plugins(tmp_path):
-    command = pytest_command([tmp_path / "suites"], "solutions", tmp_path / "r.json",
+    command = pytest_command([tmp_path / "suites"], resolve_impl("solutions"), tmp_path / "r.json",
                              root=tmp_path, suites=tmp_path / "suites")
     assert command[1:3] == ["-I", "-c"]
     assert "sys.path.insert(0," in command[3] and "pytest.main()" in command[3]
@@ -26,7 +27,7 @@ def test_command_is_isolated_and_loads_only_our_plugins(tmp_path):
                  "--mlsys-progress"):
         assert part in joined, part
     assert "-x" not in command and "-n" not in command
-    command = pytest_command([], "assignments", tmp_path / "r.json", workers=2,
+    command = pytest_command([], resolve_impl("assignments"), tmp_path / "r.json", workers=2,
                             stop_first=True, progress=False)
     assert command[-3:] == ["-n", "2", "-x"] and "--mlsys-progress" not in command
 
@@ -71,7 +72,8 @@ def test_a_hanging_session_is_killed_with_its_process_group(tmp_path, monkeypatc
     pid_file = tmp_path / "pids"
     monkeypatch.setenv("MLSYS_TEST_PIDS", str(pid_file))
     start = time.monotonic()
-    session = run_session([root / "suites" / "toy"], "assignments", timeout=20, root=root,
+    session = run_session([root / "suites" / "toy"], resolve_impl("assignments", root), timeout=20,
+                          root=root,
                           suites=root / "suites")
     assert session.timed_out and session.result is None
     assert "ran past 20 s and was killed" in session.problem

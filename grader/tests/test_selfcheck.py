@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-import grader.selfcheck as selfcheck_module
-from grader.manifest import load_manifest
-from grader.selfcheck import (
+import grader.instructor.selfcheck as selfcheck_module
+from grader.instructor.selfcheck import (
     MARGIN_RUNS,
     MarginReport,
     judge_mutant,
@@ -17,6 +16,7 @@ from grader.selfcheck import (
     plan,
     selfcheck,
 )
+from grader.manifest import load_manifest
 from grader.tests._fakes import entry, make_course, session, solution_tests, stub_tests
 
 NOT_IMPL = "not implemented yet: add: see README §1"
@@ -90,7 +90,7 @@ def test_plan_runs_solutions_then_stubs_then_margins_then_each_mutant(tmp_path):
     course = load_manifest(root / "assignments" / "course.toml")
     assert mutant_names("toy", root) == ["a_bad", "b_bad"]
     jobs = plan(course, [], root, root / "suites")
-    assert [(j.kind, j.impl, j.extra_args) for j in jobs] == [
+    assert [(j.kind, j.impl.text, j.extra_args) for j in jobs] == [
         ("solution", "solutions", ()), ("stub", "assignments", ()),
         *[("margin", "solutions", ("--seed-shift", str(shift), "--rank-threads", str(threads)))
           for shift, threads in MARGIN_RUNS],
@@ -125,9 +125,9 @@ def fake_sessions(monkeypatch, sessions: dict):
     calls = []
 
     def fake_run_session(paths, impl, *, stop_first=False, **kwargs):
-        calls.append((impl, stop_first))
-        key = f"{impl} {' '.join(kwargs.get('extra', ()))}".strip()
-        return sessions.get(key, sessions.get(impl))
+        calls.append((impl.text, stop_first))
+        key = f"{impl.text} {' '.join(kwargs.get('extra', ()))}".strip()
+        return sessions.get(key, sessions.get(impl.text))
 
     monkeypatch.setattr(selfcheck_module, "run_session", fake_run_session)
     return calls

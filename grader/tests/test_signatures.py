@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from grader.signatures import compare_files, compare_sources, public_api
+from grader.instructor.signatures import compare_files, compare_sources, public_api
 
 
 def api(source: str) -> dict[str, str]:

@@ -17,10 +17,10 @@ import pytest
 import yaml
 
 import grader.cli as cli
+from grader.instructor.release import _fill
 from grader.manifest import REPO_ROOT, load_manifest
-from grader.release import _fill
 
-TEMPLATES = REPO_ROOT / "grader" / "release_files" / ".github" / "workflows"
+TEMPLATES = REPO_ROOT / "grader" / "instructor" / "release_files" / ".github" / "workflows"
 PINNED = re.compile(r"^[\w.-]+/[\w./-]+@[0-9a-f]{40}$")
 
 

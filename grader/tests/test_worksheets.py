@@ -18,10 +18,13 @@ import jsonschema
 import pytest
 from filelock import FileLock
 
-from grader import worksheets as ws
+from grader.gradescope import gradescope_json
+from grader.instructor import worksheets as checks
 from grader.manifest import REPO_ROOT, ManifestError, load_manifest, parse_manifest
-from grader.reports import gradescope_json, junit_xml, summary_markdown, terminal_report
+from grader.reports import junit_xml, summary_markdown, terminal_report
 from grader.results import ResultsError, RunResult
+from grader.worksheets import grading, nbgrade
+from harness.impl import ImplSpec
 
 SCHEMA = json.loads((REPO_ROOT / "grader" / "schemas" / "results.schema.json").read_text())
 COURSE = load_manifest()
@@ -33,13 +36,13 @@ CELL_TIMEOUT = 5
 
 @pytest.mark.parametrize("assignment", COURSE.assignments, ids=lambda a: a.id)
 def test_committed_worksheet_is_well_formed_and_leaks_nothing(assignment):
-    source = ws.source_path(REPO_ROOT, assignment.id)
-    release = ws.release_path(REPO_ROOT, assignment.id)
+    source = grading.source_path(REPO_ROOT, assignment.id)
+    release = grading.release_path(REPO_ROOT, assignment.id)
     assert assignment.worksheet_points > 0 and source.is_file() and release.is_file()
-    assert ws.static_breaches(assignment, source, release, REPO_ROOT) == []
-    cells = ws.grade_cells(source)
+    assert checks.static_breaches(assignment, source, release, REPO_ROOT) == []
+    cells = grading.grade_cells(source)
     assert sum(c.points for c in cells) == assignment.worksheet_points
-    assert {c.grade_id for c in cells} == set(c.grade_id for c in ws.grade_cells(release))
+    assert {c.grade_id for c in cells} == set(c.grade_id for c in grading.grade_cells(release))
 
 
 def test_released_worksheets_are_up_to_date(toy):
@@ -50,23 +53,23 @@ def test_released_worksheets_are_up_to_date(toy):
     for assignment_id, fresh in done.releases.items():
         if assignment_id == "toy":
             continue
-        committed = ws.release_path(REPO_ROOT, assignment_id)
-        assert ws.read_notebook(fresh) == ws.read_notebook(committed), (
+        committed = grading.release_path(REPO_ROOT, assignment_id)
+        assert nbgrade.read_notebook(fresh) == nbgrade.read_notebook(committed), (
             f"{committed} is stale: run `python -m grader worksheets release {assignment_id}`")
 
 
 def test_leak_check_finds_solution_and_hidden_lines(tmp_path):
-    source = ws.source_path(REPO_ROOT, "ring_allreduce")
-    release = json.loads(ws.release_path(REPO_ROOT, "ring_allreduce").read_text())
-    assert ws.leaks(source, ws.release_path(REPO_ROOT, "ring_allreduce")) == []
+    source = grading.source_path(REPO_ROOT, "ring_allreduce")
+    release = json.loads(grading.release_path(REPO_ROOT, "ring_allreduce").read_text())
+    assert checks.leaks(source, grading.release_path(REPO_ROOT, "ring_allreduce")) == []
     planted = copy.deepcopy(release)
     planted["cells"][3]["source"] = ["    return steps * chunk\n"]
     path = tmp_path / "planted.ipynb"
     path.write_text(json.dumps(planted))
-    assert any("steps * chunk" in leak for leak in ws.leaks(source, path))
+    assert any("steps * chunk" in leak for leak in checks.leaks(source, path))
     planted["cells"][3]["source"] = ["### BEGIN HIDDEN TESTS\n", "x = 1\n"]
     path.write_text(json.dumps(planted))
-    assert any("BEGIN HIDDEN TESTS" in leak for leak in ws.leaks(source, path))
+    assert any("BEGIN HIDDEN TESTS" in leak for leak in checks.leaks(source, path))
 
 
 def test_grade_cells_need_whole_positive_points(tmp_path):
@@ -74,11 +77,11 @@ def test_grade_cells_need_whole_positive_points(tmp_path):
     nb["cells"][2]["metadata"]["nbgrader"]["points"] = 1.5
     path = tmp_path / "bad.ipynb"
     path.write_text(json.dumps(nb))
-    with pytest.raises(ws.WorksheetError, match="whole number"):
-        ws.grade_cells(path)
+    with pytest.raises(nbgrade.WorksheetError, match="whole number"):
+        grading.grade_cells(path)
     path.write_text("{not json")
-    with pytest.raises(ws.WorksheetError, match="not a readable notebook"):
-        ws.grade_cells(path)
+    with pytest.raises(nbgrade.WorksheetError, match="not a readable notebook"):
+        grading.grade_cells(path)
 
 
 def test_manifest_worksheet_points():
@@ -92,22 +95,28 @@ def test_manifest_worksheet_points():
 
 
 def test_kernel_runs_this_interpreter_quietly(tmp_path):
-    jupyter = ws.write_kernelspec(tmp_path / "jupyter")
+    jupyter = nbgrade.write_kernelspec(tmp_path / "jupyter")
     spec = json.loads((jupyter / "kernels" / "python3" / "kernel.json").read_text())
     assert spec["argv"][0] == sys.executable
     assert spec["env"]["PYTHONWARNINGS"] == "ignore"
-    env = ws.worker_env(jupyter)
+    env = nbgrade.worker_env(jupyter)
     assert env["PATH"].split(":")[0] == str(Path(sys.executable).parent)  # alembic
     assert env["JUPYTER_PATH"].split(":")[0] == str(jupyter)
 
 
 def test_which_notebook_each_impl_grades(tmp_path):
-    assert ws.submitted_notebook("assignments", REPO_ROOT, "ppo") == \
+    def spec(kind: str, root: Path) -> ImplSpec:
+        return ImplSpec(kind=kind, root=str(root), text=kind)
+
+    assert grading.submitted_notebook(spec("assignments", REPO_ROOT / "assignments"),
+                                      REPO_ROOT, "ppo") == \
         REPO_ROOT / "assignments" / "ppo" / "worksheet.ipynb"
-    assert ws.submitted_notebook("solutions", REPO_ROOT, "ppo") == \
+    assert grading.submitted_notebook(spec("solutions", REPO_ROOT / "solutions"),
+                                      REPO_ROOT, "ppo") == \
         REPO_ROOT / "solutions" / "ppo" / "worksheet.ipynb"
-    assert ws.submitted_notebook("mutant:ppo/x", REPO_ROOT, "ppo").parent.name == "ppo"
-    assert ws.submitted_notebook(str(tmp_path), REPO_ROOT, "ppo") == \
+    mutant = spec("mutant", REPO_ROOT / "solutions")
+    assert grading.submitted_notebook(mutant, REPO_ROOT, "ppo").parent.name == "ppo"
+    assert grading.submitted_notebook(spec("dir", tmp_path), REPO_ROOT, "ppo") == \
         tmp_path / "ppo" / "worksheet.ipynb"
 
 
@@ -203,11 +212,11 @@ def toy(tmp_path_factory, worker_id):
         saved = shared / "autograded.json"
         if saved.is_file():
             data = json.loads(saved.read_text())
-            done = ws.Autograded(
-                tuple(ws.CellGrade(**g) for g in data["grades"]),
+            done = nbgrade.Autograded(
+                tuple(nbgrade.CellGrade(**g) for g in data["grades"]),
                 {a: Path(p) for a, p in data["releases"].items()},
                 {(a, s): why for a, s, why in data["problems"]})
-            return ws.grade_cells(shared / "source.ipynb"), done
+            return grading.grade_cells(shared / "source.ipynb"), done
         shared.mkdir(exist_ok=True)
         cells, done = _run_toy(shared)
         saved.write_text(json.dumps({
@@ -229,22 +238,22 @@ def _run_toy(folder: Path):
     for student, make in STUDENTS.items():
         path = folder / f"{student}.ipynb"
         path.write_text(json.dumps(make(toy_source())))
-        submissions.append(ws.Submission("toy", student, path))
+        submissions.append(nbgrade.Submission("toy", student, path))
     (folder / "broken.ipynb").write_text("{ not a notebook")
-    submissions.append(ws.Submission("toy", "broken", folder / "broken.ipynb"))
-    submissions.append(ws.Submission("toy", "missing", None))
+    submissions.append(nbgrade.Submission("toy", "broken", folder / "broken.ipynb"))
+    submissions.append(nbgrade.Submission("toy", "missing", None))
     # The committed worksheets are generated in the same nbgrader runs (one process start less).
-    sources = {"toy": source, **{a: ws.source_path(REPO_ROOT, a) for a in COURSE.ids}}
+    sources = {"toy": source, **{a: grading.source_path(REPO_ROOT, a) for a in COURSE.ids}}
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("JUPYTER_PATH", str(folder / "decoy"))
-        done = ws.autograde(submissions, sources, cell_timeout=CELL_TIMEOUT, timeout=300,
+        done = nbgrade.autograde(submissions, sources, cell_timeout=CELL_TIMEOUT, timeout=300,
                             release_dir=folder / "releases")
-    return ws.grade_cells(source), done
+    return grading.grade_cells(source), done
 
 
 def verdicts(toy, student: str) -> dict[str, object]:
     cells, done = toy
-    return {t.name.split("::")[1]: t for t in ws.to_test_results("toy", student, cells, done)}
+    return {t.name.split("::")[1]: t for t in grading.to_test_results("toy", student, cells, done)}
 
 
 def test_toy_source_scores_full_marks(toy):
@@ -302,7 +311,7 @@ def test_reports_show_the_worksheet_part_without_hidden_text(toy):
                                      "visibility": "public", "points": 5, "outcome": "passed",
                                      "reason": "", "not_implemented": False,
                                      "not_graded_here": False, "duration": 0.1}]})
-    run = RunResult(suite.impl, suite.tests + ws.to_test_results(
+    run = RunResult(suite.impl, suite.tests + grading.to_test_results(
         "toy", "deleted_typed_forever", cells, done))
     document = gradescope_json(run, ("toy",), {"name": "mlsys-labs", "version": "9"})
     jsonschema.validate(document, SCHEMA, cls=jsonschema.Draft202012Validator)
@@ -330,6 +339,6 @@ def test_results_part_is_checked():
 
 
 def test_worksheet_without_its_source_is_not_graded_here():
-    results = ws.not_graded("ppo", 10, "no source")
+    results = grading.not_graded("ppo", 10, "no source")
     assert [(t.points, t.max_score, t.not_graded_here) for t in results] == [(10, 0, True)]
     assert results[0].feedback.startswith("not graded on this machine")

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from grader.manifest import Course
-from grader.pr_files import FILES_JSON, load_pr_files
+from grader.pr.apply import FILES_JSON, load_pr_files
 
 SCRUBBED_ENV_KEYS = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR")
 _BOOTSTRAP = ("import sys; sys.path.insert(0, {root!r}); from grader.cli import main; "

@@ -2,9 +2,10 @@
 
 `autograde()` copies source notebooks into `source/<id>/worksheet.ipynb` of a fresh course
 directory, submissions into `submitted/<student>/<id>/`, and runs one nbgrader process
-(`_worker`, this module run with `-m`) that generates every assignment, so the gradebook knows
-each cell's source and checksum, then autogrades every submission and writes the grades as
-JSON. Assignments are split over at most `workers` (2) such directories run side by side.
+(`grader.worksheets.nbworker`, run with `-m`) that generates every assignment, so the
+gradebook knows each cell's source and checksum, then autogrades every submission and writes
+the grades as JSON. Assignments are split over at most `workers` (2) such directories run
+side by side.
 
 nbgrader traps handled here (tests: grader/tests/test_worksheets.py):
 - any stderr output zeroes a cell: the kernel runs with warnings silenced (`KERNEL_ENV`);
@@ -118,7 +119,7 @@ def autograde(
     """Generate every assignment in `sources` and autograde `submissions` with nbgrader.
 
     Assignments are split over at most `workers` course directories, each graded by one
-    nbgrader process (`_worker`); a process that runs past `timeout` seconds is killed and its
+    nbgrader process (`nbworker`); a process that runs past `timeout` seconds is killed and its
     submissions are reported in `problems`. The student notebooks generated on the way are
     copied to `release_dir/<id>/worksheet.ipynb` when it is given (`releases` lists them).
     """
@@ -171,7 +172,7 @@ def _grade_group(course: Path, sources: Mapping[str, Path], submissions: Sequenc
         shutil.copy(sub.notebook, folder / NOTEBOOK)
     jupyter = write_kernelspec(course / "jupyter")
     result_file = course / "result.json"
-    command = [sys.executable, "-m", "grader.nbgrade", "_worker", str(course),
+    command = [sys.executable, "-m", "grader.worksheets.nbworker", "_worker", str(course),
                str(result_file), str(cell_timeout)]
     env = worker_env(jupyter)
     code, timed_out, tail = _run_worker(command, env, timeout, echo)
@@ -274,106 +275,3 @@ def _run_worker(command: list[str], env: dict[str, str], timeout: float,
 def _last_line(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1][:300] if lines else "no output"
-
-
-def _worker(course: Path, result_file: Path, cell_timeout: int) -> int:
-    """Inside the nbgrader process: generate all, autograde all, write grades as JSON."""
-    import logging
-
-    from nbgrader.api import Gradebook, MissingEntry
-    from nbgrader.converters import Autograde, GenerateAssignment
-    from nbgrader.coursedir import CourseDirectory
-    from traitlets.config import Config
-
-    log = course / "nbgrader.log"
-    handler = logging.FileHandler(log)
-    config = Config()
-    config.CourseDirectory.root = str(course)
-    config.Execute.timeout = cell_timeout
-    config.Execute.kernel_name = "python3"
-    config.OverwriteCells.add_missing_cells = True
-    db_url = f"sqlite:///{course / 'gradebook.db'}"
-    config.CourseDirectory.db_url = db_url
-    problems: list[tuple[tuple[str, str], str]] = []
-
-    def run(converter_class, assignment_id: str, student_id: str = "*") -> None:
-        coursedir = CourseDirectory(config=config)
-        coursedir.assignment_id = assignment_id
-        coursedir.student_id = student_id
-        converter = converter_class(coursedir=coursedir, config=config)
-        converter.log.handlers = [handler]
-        converter.log.propagate = False
-        converter.force = True
-        converter.start()
-
-    assignments = sorted(p.name for p in (course / "source").iterdir())
-    run(GenerateAssignment, "*")
-    print(f"worksheet release generated: {', '.join(assignments)}", flush=True)
-    submitted = course / "submitted"
-    pairs = sorted((a.name, s.name) for s in submitted.iterdir() for a in s.iterdir()) \
-        if submitted.is_dir() else []
-    grades = []
-    for assignment_id, student in pairs:
-        start = time.perf_counter()
-        try:
-            run(Autograde, assignment_id, student)
-        except Exception as exc:  # noqa: BLE001 - nbgrader raises its own types, or plain ones
-            problems.append(((assignment_id, student), f"nbgrader autograde failed: {exc}"))
-        graded = course / "autograded" / student / assignment_id / NOTEBOOK
-        if not graded.is_file():
-            problems.append(((assignment_id, student), "nbgrader wrote no autograded notebook"))
-            continue
-        errors = _cell_errors(json.loads(graded.read_text(encoding="utf-8")), cell_timeout)
-        with Gradebook(db_url) as gb:
-            try:
-                notebook = gb.find_submission_notebook("worksheet", assignment_id, student)
-            except MissingEntry:
-                problems.append(((assignment_id, student), "no grades in the gradebook"))
-                continue
-            for grade in notebook.grades:
-                own, answer, missing = errors.get(grade.name, ("", "", False))
-                grades.append({
-                    "assignment": assignment_id, "student": student, "grade_id": grade.name,
-                    "score": float(grade.auto_score or 0.0), "max_score": float(grade.max_score),
-                    "error": own, "answer_error": answer, "not_implemented": missing,
-                })
-        print(f"worksheet {assignment_id} ({student}): autograded in "
-              f"{time.perf_counter() - start:.1f} s", flush=True)
-    result_file.write_text(json.dumps({"grades": grades, "problems": problems}), "utf-8")
-    return 0
-
-
-def _cell_errors(notebook: dict, cell_timeout: int) -> dict[str, tuple[str, str, bool]]:
-    """grade_id -> (its error, the error of the answer cell above it, answer not implemented)."""
-    found: dict[str, tuple[str, str, bool]] = {}
-    answer = ("", False)
-    for cell in notebook["cells"]:
-        meta = nbgrader_meta(cell)
-        if cell.get("cell_type") != "code" or not meta:
-            continue
-        error = _error_line(cell)
-        if error.startswith(("KeyboardInterrupt", "CellTimeoutError")):  # nbclient interrupts
-            error = f"CellTimeoutError: ran past the {cell_timeout} s limit per cell"
-        if meta.get("solution"):
-            answer = (error, error.startswith("NotImplementedError"))
-        elif meta.get("grade"):
-            not_implemented = answer[1] or error.startswith("NotImplementedError")
-            found[str(meta.get("grade_id"))] = (error, answer[0], not_implemented)
-    return found
-
-
-def _error_line(cell: dict) -> str:
-    for output in cell.get("outputs", []):
-        if output.get("output_type") == "error":
-            value = " ".join(str(output.get("evalue", "")).split())
-            return f"{output.get('ename', 'Error')}: {value}".rstrip(": ")
-    for output in cell.get("outputs", []):
-        if output.get("output_type") == "stream" and output.get("name") == "stderr":
-            text = "".join(output.get("text", ""))
-            first = text.strip().splitlines()[0] if text.strip() else ""
-            return f"wrote to stderr (nbgrader scores such a cell zero): {first}"
-    return ""
-
-
-if __name__ == "__main__" and len(sys.argv) == 5 and sys.argv[1] == "_worker":
-    raise SystemExit(_worker(Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4])))

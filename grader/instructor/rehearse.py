@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader.manifest import Course, load_manifest
-from grader.pr_comment import Rendered, render
-from grader.pr_files import FILES_JSON, PrFiles, PrFilesError, apply_pull_request
-from grader.pr_grade import NOTHING_TO_GRADE, install_suites, run_grade
+from grader.pr.apply import FILES_JSON, PrFiles, PrFilesError, apply_pull_request
+from grader.pr.comment import Rendered, render
+from grader.pr.grade import NOTHING_TO_GRADE, install_suites, run_grade
 from grader.reports import format_table
 
 

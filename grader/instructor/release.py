@@ -2,12 +2,13 @@
 
     python -m grader release --out DIR [--hidden-suites-repo OWNER/NAME] [--self-study]
 
-`build_release()` copies an allow-list of this checkout (assignments, harness, the grader minus
-its hidden suites, tests and instructor-only modules) and the templates of
-`grader/release_files/` (student README, Makefile, pyproject, workflows), then runs the leak
-check of `grader.release_leaks` on the result: a release that contains any solution function body,
-mutant, or hidden test name or source is refused (non-zero exit, every leak listed), and DIR is
-left for inspection.
+`build_release()` copies folders of this checkout — `assignments/`, `harness/` and `grader/`,
+less the instructor's folders (`grader/instructor/`, `grader/suites/`, the tests) — and the
+templates of `grader/instructor/release_files/` (student README, Makefile, pyproject,
+workflows), then runs the leak check of `grader.instructor.release_leaks` on the result: a
+release that contains any solution function body, mutant, or hidden test name or source is
+refused (non-zero exit, every leak listed), and DIR is left for inspection. What is
+instructor-only is said by where it lives, never by a list of module names.
 
 `--self-study` also ships the hidden suites (the workflows then grade with them and need no
 secret); solutions and mutants are never shipped.
@@ -23,19 +24,17 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from grader.instructor.release_leaks import INSTRUCTOR_PATHS, Leak, find_leaks
 from grader.manifest import Course
-from grader.release_leaks import Leak, find_leaks
 from grader.reports import format_table
 
 TEMPLATES = Path(__file__).resolve().parent / "release_files"
-# What a release holds, as path prefixes of the source checkout; everything else stays behind.
-SHIPPED_PREFIXES = ("assignments/", "harness/", "grader/")
+# What a release holds: these folders and files of the source checkout, less the instructor's
+# folders (release_leaks.INSTRUCTOR_PATHS: solutions/, grader/instructor/, grader/suites/, the
+# tests); everything else stays behind.
+SHIPPED_FOLDERS = ("assignments/", "harness/", "grader/")
 SHIPPED_FILES = ("requirements.txt", "constraints.txt", "conftest.py", ".gitignore")
-# Inside the shipped prefixes: instructor-only paths (prefix match), never in a release.
-INSTRUCTOR_ONLY = (
-    "grader/suites/", "grader/tests/", "harness/tests/", "grader/adversarial.py",
-    "grader/release.py", "grader/release_leaks.py", "grader/release_files/",
-)
+SELF_STUDY_FOLDERS = ("grader/suites/",)  # shipped too with --self-study
 SKIPPED_PARTS = ("__pycache__", ".pytest_cache", ".hypothesis")
 _REPO_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_.-]+$")
 REPO_PLACEHOLDER = "@HIDDEN_SUITES_REPO@"
@@ -76,11 +75,11 @@ def is_shipped(path: str, *, self_study: bool = False) -> bool:
     """Whether the checkout's file `path` belongs in a student release."""
     if path in SHIPPED_FILES:
         return True
-    if not path.startswith(SHIPPED_PREFIXES):
+    if not path.startswith(SHIPPED_FOLDERS):
         return False
-    if self_study and path.startswith("grader/suites/"):
+    if self_study and path.startswith(SELF_STUDY_FOLDERS):
         return True
-    return not path.startswith(INSTRUCTOR_ONLY)
+    return not path.startswith(INSTRUCTOR_PATHS)
 
 
 def build_release(root: Path, out: Path, course: Course, *, hidden_suites_repo: str = "",
@@ -139,7 +138,7 @@ def _fill(text: str, course: Course, hidden_suites_repo: str, self_study: bool) 
 
 def editable_table(course: Course) -> str:
     """Markdown table: per assignment, the files a pull request may change (all else ignored)."""
-    from grader.pr_files import editable_paths
+    from grader.pr.apply import editable_paths
 
     lines = ["| # | assignment | files you edit (graded) | points |", "|---:|---|---|---:|"]
     by_assignment: dict[str, list[str]] = {}

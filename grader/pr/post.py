@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.manifest import Course
-from grader.pr_comment import MARKER
+from grader.pr.comment import MARKER
 from grader.reports import COMMENT_LIMIT
 
 CHECK_NAME = "mlsys-labs grade"

@@ -15,13 +15,15 @@ Per assignment, these checks (docs/design.md, principle 5):
   (`MARGIN_RUNS`), and over all those runs no comparison uses more than half its tolerance
   (observed error / tolerance ≤ `grader.compare.MAX_MARGIN`); the worst margin is printed;
 - worksheet: the nbgrader worksheet's source scores full marks, its committed student version
-  is up to date, scores zero and holds no solution or hidden test (`grader/worksheets.py`).
+  is up to date, scores zero and holds no solution or hidden test
+  (`grader/instructor/worksheets.py`).
 
 Each pytest session is an independent subprocess; a small thread pool runs them side by side.
 """
 
 from __future__ import annotations
 
+import argparse
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -29,11 +31,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.compare import MAX_MARGIN
+from grader.instructor.signatures import compare_files
 from grader.manifest import Assignment, Course
 from grader.reports import format_table
 from grader.results import RunResult, error_summary
 from grader.runner import Session, run_session, stop_all_sessions, suite_paths
-from grader.signatures import compare_files
+from harness.impl import ImplSpec, resolve_impl
 
 CHECKS = ("signatures", "points", "solution", "stub", "mutants", "margins", "worksheet")
 # The solution's extra runs for the margin check: (seed shift, torch threads per rank). With the
@@ -47,14 +50,14 @@ class Job:
 
     assignment: str
     kind: str  # "solution", "stub", "mutant" or "margin" (the solution, inputs varied)
-    impl: str
+    impl: ImplSpec
     paths: tuple[Path, ...]
     variation: tuple[int, int] = (0, 1)  # (seed shift, torch threads per rank)
 
     @property
     def label(self) -> str:
         if self.kind == "mutant":
-            return f"{self.assignment} {self.impl}"
+            return f"{self.assignment} {self.impl.text}"
         if self.kind == "margin":
             return f"{self.assignment} solution ({variation_text(self.variation)})"
         return f"{self.assignment} {self.kind}"
@@ -195,16 +198,17 @@ def plan(course: Course, ids: list[str], root: Path, suites: Path | None) -> lis
             if not paths:
                 continue
             if kind == "margin":
-                jobs += [Job(assignment.id, "margin", "solutions", paths, variation)
-                         for variation in MARGIN_RUNS]
+                jobs += [Job(assignment.id, "margin", resolve_impl("solutions", root), paths,
+                             variation) for variation in MARGIN_RUNS]
             elif kind == "mutant":
                 jobs += [
-                    Job(assignment.id, "mutant", f"mutant:{assignment.id}/{name}", paths)
+                    Job(assignment.id, "mutant",
+                        resolve_impl(f"mutant:{assignment.id}/{name}", root), paths)
                     for name in mutant_names(assignment.id, root)
                 ]
             else:
                 impl = "solutions" if kind == "solution" else "assignments"
-                jobs.append(Job(assignment.id, kind, impl, paths))
+                jobs.append(Job(assignment.id, kind, resolve_impl(impl, root), paths))
     return jobs
 
 
@@ -292,7 +296,7 @@ def _check_worksheets(assignments: tuple[Assignment, ...], root: Path, suites: P
                       verdicts: dict[str, dict[str, Verdict]],
                       echo: Callable[[str], None]) -> None:
     """The worksheet check of every assignment with worksheet points, in one nbgrader batch."""
-    from grader.worksheets import check_worksheets
+    from grader.instructor.worksheets import check_worksheets
 
     start = time.perf_counter()
     found = check_worksheets(assignments, root, suites, echo=lambda line: echo(f"  {line}"))
@@ -314,7 +318,7 @@ def _record(job: Job, session: Session, checks: dict[str, Verdict], course: Cour
                     for b in judge_solution(session)]
         verdict = checks["margins"]
     elif job.kind == "mutant":
-        name = job.impl.rsplit("/", 1)[-1]
+        name = job.impl.mutant_name
         caught, breaches = judge_mutant(session, name)
         verdict = checks["mutants"]
         if caught:
@@ -374,3 +378,25 @@ def _usable(session: Session, what: str) -> tuple[RunResult | None, list[str]]:
 def _graded(run: RunResult) -> list:
     """Tests that count on this machine (GPU-only tests skipped here do not)."""
     return [t for t in run.tests if not t.not_graded_here]
+
+
+# --- command line -----------------------------------------------------------------------------
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """`python -m grader selfcheck [ID ...] [--suites DIR] [-j N] [--timeout S]`."""
+    check = sub.add_parser("selfcheck", help="prove the suites against solutions, stubs, mutants")
+    check.add_argument("ids", nargs="*", metavar="ID", help="assignments (default: all)")
+    check.add_argument("--suites", type=Path, default=None,
+                       help="folder of hidden suites, <suites>/<id>/ (default: grader/suites)")
+    check.add_argument("-j", "--jobs", type=int, default=2,
+                       help="pytest sessions run side by side (default: 2)")
+    check.add_argument("--timeout", type=float, default=600.0,
+                       help="seconds before one session is killed as hung (default: 600)")
+    check.set_defaults(handler=_command)
+
+
+def _command(args: argparse.Namespace, course: Course) -> int:
+    suites = args.suites.resolve() if args.suites is not None else None
+    return selfcheck(course, args.ids, args.root, suites, jobs=args.jobs, timeout=args.timeout,
+                     echo=lambda line: print(line, flush=True))

@@ -8,8 +8,9 @@ for each of them in every file of the release:
 - **mutants**: the file names of `solutions/<id>/mutants/*.py` and their function bodies;
 - **hidden tests**: the names of the `test*` functions of `grader/suites/` (unless a public
   test has the same name) and the bodies of every function there (tests and helpers);
-- **paths**: anything under `solutions/`, `grader/suites/`, a `mutants/` folder, the
-  adversarial corpus, and the nbgrader source notebooks' solution and hidden-test lines.
+- **paths**: anything under the instructor's folders (`INSTRUCTOR_PATHS`: `solutions/`,
+  `grader/instructor/`, `grader/suites/`, the tests) or a `mutants/` folder, and the nbgrader
+  source notebooks' solution and hidden-test lines.
 
 A body is compared two ways: as a normalised AST (docstring dropped, no line numbers), against
 every function of every Python file, Markdown code block and notebook cell of the release, so
@@ -32,8 +33,10 @@ from pathlib import Path
 MIN_NODES = 12
 MIN_TEXT_CHARS = 40
 _FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.M | re.S)
-INSTRUCTOR_PATHS = ("solutions/", "grader/suites/", "grader/tests/adversarial/",
-                    "grader/adversarial.py")
+# Folders only instructors see (prefixes of paths in the checkout): never in a release, and
+# `grader.instructor.release` ships nothing under them.
+INSTRUCTOR_PATHS = ("solutions/", "grader/instructor/", "grader/suites/", "grader/tests/",
+                    "harness/tests/")
 
 
 @dataclass(frozen=True)
@@ -275,7 +278,8 @@ def _code_of(path: Path, text: str) -> Iterator[ast.AST]:
 
 def _worksheet_leaks(source_root: Path, release_dir: Path) -> list[Leak]:
     """Solution and hidden-test lines of nbgrader source notebooks in released notebooks."""
-    from grader.worksheets import NOTEBOOK, WorksheetError, leaks
+    from grader.instructor.worksheets import leaks
+    from grader.worksheets.nbgrade import NOTEBOOK, WorksheetError
 
     found = []
     for source in sorted((source_root / "solutions").glob(f"*/{NOTEBOOK}")):

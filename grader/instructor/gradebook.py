@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import json
 import os
 import sys
 from collections.abc import Iterator
@@ -30,10 +29,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from grader.gradescope import ResultsJsonError, load_results_json
 from grader.manifest import Course
 
 DEFAULT_DB = Path("gradebook.db")
-SCHEMA = Path(__file__).resolve().parent / "schemas" / "results.schema.json"
 # (notebook, grade cell) of each part of an assignment's grade.
 SUITES = "suites"
 WORKSHEET = "worksheet"
@@ -67,10 +66,9 @@ def cells_of(course: Course) -> dict[str, list[tuple[str, str, int]]]:
 def read_results(path: Path, course: Course) -> list[PartScore]:
     """The scores of a results.json, per grade cell; `GradebookError` when it cannot be used."""
     try:
-        document = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise GradebookError(f"{path}: not a readable results file ({exc})") from exc
-    _validate(document, path)
+        document = load_results_json(Path(path))
+    except ResultsJsonError as exc:
+        raise GradebookError(f"{path}: {exc}") from exc
     meta = document["extra_data"]["course"]
     if meta["version"] != course.version or meta["name"] != course.name:
         written = f"{meta['name'] or '?'} {meta['version'] or '(no version)'}"
@@ -97,21 +95,6 @@ def read_results(path: Path, course: Course) -> list[PartScore]:
             raise GradebookError(f"{path}: scores for {'/'.join(key)}, which the manifest "
                                  "gives no points")
     return [PartScore(*key, score) for key, score in sorted(totals.items())]
-
-
-def _validate(document: object, path: Path) -> None:
-    import jsonschema
-
-    schema = json.loads(SCHEMA.read_text(encoding="utf-8"))
-    try:
-        jsonschema.validate(document, schema)
-    except jsonschema.ValidationError as exc:
-        where = "/".join(str(p) for p in exc.absolute_path) or "(top level)"
-        hint = ""
-        if list(exc.absolute_path) == ["extra_data"] and "course" in exc.message:
-            hint = " (written by a grader older than the course version field: grade again)"
-        raise GradebookError(f"{path}: not a grader results file: at {where}: "
-                             f"{exc.message}{hint}") from exc
 
 
 @contextmanager

@@ -2,9 +2,10 @@
 
     python -m grader pr-comment --out OUT [--comment OUT/comment.md] [--check OUT/check.json]
 
-The comment job trusts nothing it downloads: `results.json` must be under `MAX_INPUT_BYTES`,
-validate against `grader/schemas/results.schema.json` (of the trusted checkout) and hold whole
-numbers for every score, with totals that add up; `pr-files.json` must have the expected shape.
+The comment job trusts nothing it downloads: `results.json` is read back by `grader.gradescope`
+(under its `MAX_INPUT_BYTES`, valid against `grader/schemas/results.schema.json` of the trusted
+checkout, whole numbers for every score, totals that add up); `pr-files.json` must have the
+expected shape.
 The comment is then rendered afresh from those validated values — every string Markdown-escaped
 by `grader.reports`, the whole under GitHub's 65,536-character limit — rather than posting the
 `summary.md` the grading job wrote. It starts with `MARKER`, so the poster finds and updates
@@ -24,20 +25,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grader.manifest import REPO_ROOT, Course
-from grader.pr_files import FILES_JSON, Change, PrFiles
-from grader.pr_grade import NOTHING_TO_GRADE
+from grader.gradescope import RESULTS_JSON, load_results_json, read_json, run_of
+from grader.gradescope import ResultsJsonError as InvalidOutput
+from grader.manifest import Course
+from grader.pr.apply import FILES_JSON, Change, PrFiles
+from grader.pr.grade import NOTHING_TO_GRADE
 from grader.reports import COMMENT_LIMIT, md_escape, summary_markdown
-from grader.results import RunResult, TestResult
+from grader.results import clip_reason
 
 MARKER = "<!-- mlsys-labs:grade -->"
-MAX_INPUT_BYTES = 16 * 2**20
 MAX_IGNORED_ROWS = 30
-SCHEMA = REPO_ROOT / "grader" / "schemas" / "results.schema.json"
-
-
-class InvalidOutput(ValueError):
-    """The grading job's output failed validation; the message says where."""
 
 
 @dataclass(frozen=True)
@@ -54,76 +51,6 @@ class Rendered:
                            "summary": self.summary}, indent=2) + "\n"
 
 
-def read_json(path: Path) -> Any:
-    """Parse a downloaded JSON file, refusing oversized or malformed ones."""
-    try:
-        size = path.stat().st_size
-        if size > MAX_INPUT_BYTES:
-            raise InvalidOutput(f"{path.name}: {size} bytes, over the {MAX_INPUT_BYTES} limit")
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise InvalidOutput(f"{path.name} is missing") from exc
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InvalidOutput(f"{path.name}: not valid JSON ({exc})") from exc
-
-
-def validated_run(document: Any) -> RunResult:
-    """The run behind a results.json document, after the schema and integer checks."""
-    import jsonschema
-
-    schema = json.loads(SCHEMA.read_text(encoding="utf-8"))
-    try:
-        jsonschema.validate(document, schema)
-    except jsonschema.ValidationError as exc:
-        where = "/".join(str(p) for p in exc.absolute_path) or "(top level)"
-        raise InvalidOutput(f"results.json at {where}: {exc.message[:200]}") from exc
-    tests = []
-    for number, item in enumerate(document["tests"]):
-        tests.append(_test(item, f"results.json tests[{number}]"))
-    total = sum(t.score for t in tests)
-    _whole(document["score"], "results.json score")
-    if document["score"] != total:
-        raise InvalidOutput(f"results.json score {document['score']} is not the sum of the "
-                            f"test scores ({total})")
-    extra = document["extra_data"]
-    sandbox = tuple((str(k), str(v)) for k, v in extra.get("sandbox", {}).items())
-    return RunResult(str(extra["impl"]), tuple(tests),
-                     tuple(str(e) for e in extra["collection_errors"]), 0, sandbox)
-
-
-def _whole(value: Any, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidOutput(f"{where}: {value!r} is not a whole number of points")
-    return value
-
-
-def _test(item: dict, where: str) -> TestResult:
-    extra = item.get("extra_data")
-    tags = item.get("tags", [])
-    if not isinstance(extra, dict) or len(tags) != 2 or tags[1] not in ("public", "hidden"):
-        raise InvalidOutput(f"{where}: needs extra_data and tags [assignment, visibility]")
-    points = _whole(extra["points"], f"{where}.extra_data.points")
-    score = _whole(item["score"], f"{where}.score")
-    max_score = _whole(item["max_score"], f"{where}.max_score")
-    passed = item["status"] == "passed"
-    if passed != (extra["outcome"] == "passed") or score != (points if passed else 0) \
-            or max_score != (0 if extra["not_graded_here"] else points):
-        raise InvalidOutput(f"{where}: score {score}/{max_score} does not match its outcome "
-                            f"{extra['outcome']!r} and {points} points")
-    assignment, _, name = item["name"].partition(": ")
-    if assignment != tags[0] or not name:
-        raise InvalidOutput(f"{where}.name: expected '<assignment>: <test>'")
-    reason = "" if passed else item["output"]
-    if extra["outcome"] == "skipped":
-        reason = reason.removeprefix("skipped: ")
-    return TestResult(
-        nodeid=str(extra.get("nodeid", "")), name=name, assignment=assignment,
-        visibility=tags[1], points=points, outcome=extra["outcome"], reason=reason,
-        not_implemented=bool(extra["not_implemented"]),
-        not_graded_here=bool(extra["not_graded_here"]), part=extra.get("part", "suite"),
-    )
-
-
 def validated_files(data: Any) -> PrFiles:
     """pr-files.json, checked field by field."""
     try:
@@ -132,12 +59,18 @@ def validated_files(data: Any) -> PrFiles:
                                                "assignment")})
             for c in data["changes"])
         files = PrFiles(str(data["base"]), str(data["head"]), str(data["merge_base"]), changes,
-                        _whole(data.get("more_ignored", 0), "pr-files.json more_ignored"))
+                        _count(data.get("more_ignored", 0)))
     except (KeyError, TypeError, AttributeError) as exc:
         raise InvalidOutput(f"pr-files.json: unexpected shape ({exc!r})") from exc
     if any(c.action not in ("applied", "ignored") for c in changes):
         raise InvalidOutput("pr-files.json: an action is neither 'applied' nor 'ignored'")
     return files
+
+
+def _count(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidOutput(f"pr-files.json more_ignored: {value!r} is not a whole number")
+    return value
 
 
 def files_section(files: PrFiles) -> str:
@@ -169,12 +102,12 @@ def render(out: Path, course: Course) -> Rendered:
     except InvalidOutput as exc:
         problems.append(str(exc))
     tail = files_section(files) if files is not None else ""
-    if (out / NOTHING_TO_GRADE).is_file() and not (out / "results.json").exists():
+    if (out / NOTHING_TO_GRADE).is_file() and not (out / RESULTS_JSON).exists():
         body = "## mlsys-labs grade: nothing to grade\n\nThis pull request changes none of " \
                "the files an assignment grades, so no tests ran.\n"
         return _assemble(body, tail, "neutral", "Nothing to grade", problems)
     try:
-        run = validated_run(read_json(out / "results.json"))
+        run = run_of(load_results_json(out / RESULTS_JSON))
     except InvalidOutput as exc:
         problems.append(str(exc))
         body = "## mlsys-labs grade: grading failed\n\nNo score is posted: the grader's " \
@@ -192,7 +125,7 @@ def _assemble(body: str, tail: str, conclusion: str, title: str,
     note = ""
     if problems:
         conclusion = "failure" if conclusion != "neutral" else conclusion
-        shown = [f"- {md_escape(p[:300])}" for p in problems[:5]]
+        shown = [f"- {md_escape(clip_reason(p))}" for p in problems[:5]]
         note = "\n**Problems with the grader's output:**\n\n" + "\n".join(shown) + "\n"
     comment = f"{MARKER}\n{body}{note}{tail}"
     if len(comment) > COMMENT_LIMIT:  # cannot happen with the budgets above; be certain

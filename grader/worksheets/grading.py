@@ -1,0 +1,215 @@
+"""Grading the worksheets: the "calculate before you code" notebooks, autograded with nbgrader.
+
+Each assignment may have a worksheet: the source notebook, in nbgrader's format with solutions
+and hidden tests, is `solutions/<id>/worksheet.ipynb`; the student version, generated from it
+by `nbgrader generate_assignment`, is `assignments/<id>/worksheet.ipynb`. Grading runs
+`nbgrader autograde` in a temporary course directory and turns every grade cell into a
+`TestResult` of part "worksheet": visible test cells are "public", cells holding hidden tests
+are "hidden" and report their name and points only.
+
+Running nbgrader itself, and the traps that come with it, is `grader/worksheets/nbgrade.py`;
+checking and regenerating the worksheets (`python -m grader worksheets release|check`) is
+instructors' work, in `grader/instructor/worksheets.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from grader.manifest import Assignment, Course
+from grader.results import NOT_GRADED_HERE, RunResult, TestResult, clip_reason
+from grader.worksheets.nbgrade import (
+    NOTEBOOK,
+    Autograded,
+    CellGrade,
+    Submission,
+    WorksheetError,
+    autograde,
+    cell_source,
+    nbgrader_meta,
+    read_notebook,
+)
+
+if TYPE_CHECKING:  # harness pulls in torch; the pr-comment job has none
+    from harness.impl import ImplSpec
+
+PART = "worksheet"
+# --impl kinds whose worksheet is the source notebook: mutants patch code, not worksheets.
+SOURCE_GRADED = ("solutions", "mutant")
+SOLUTION_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
+HIDDEN_MARKERS = ("### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
+
+
+@dataclass(frozen=True)
+class GradeCell:
+    """One autograded test cell of a source notebook."""
+
+    grade_id: str
+    points: int
+    hidden: bool
+
+
+# --- source notebooks -------------------------------------------------------------------------
+
+
+def source_path(root: Path, assignment_id: str, suites: Path | None = None) -> Path:
+    """The source notebook: `<suites>/<id>/worksheet.ipynb` if present, else in solutions/."""
+    if suites is not None and (suites / assignment_id / NOTEBOOK).is_file():
+        return suites / assignment_id / NOTEBOOK
+    return root / "solutions" / assignment_id / NOTEBOOK
+
+
+def release_path(root: Path, assignment_id: str) -> Path:
+    return root / "assignments" / assignment_id / NOTEBOOK
+
+
+def grade_cells(source: Path) -> tuple[GradeCell, ...]:
+    """The autograded test cells of a source notebook, in notebook order.
+
+    Points must be whole numbers (reports and the manifest count integer points).
+    """
+    cells = []
+    for cell in read_notebook(source)["cells"]:
+        meta = nbgrader_meta(cell)
+        if not meta.get("grade") or meta.get("solution") or cell.get("cell_type") != "code":
+            continue
+        points = meta.get("points", 0)
+        if not isinstance(points, (int, float)) or points != int(points) or points <= 0:
+            raise WorksheetError(f"{source}: cell {meta.get('grade_id')!r} has points "
+                                 f"{points!r}; use a positive whole number")
+        hidden = HIDDEN_MARKERS[0] in cell_source(cell)
+        cells.append(GradeCell(str(meta.get("grade_id")), int(points), hidden))
+    return tuple(cells)
+
+
+def with_worksheets(assignments: Sequence[Assignment]) -> list[Assignment]:
+    """The assignments that carry worksheet points."""
+    return [a for a in assignments if a.worksheet_points > 0]
+
+
+# --- results ----------------------------------------------------------------------------------
+
+
+def to_test_results(assignment_id: str, student: str, cells: Sequence[GradeCell],
+                    autograded: Autograded) -> tuple[TestResult, ...]:
+    """One `TestResult` (part "worksheet") per grade cell of the source, in notebook order.
+
+    A test passes when nbgrader gave its cell full marks. Hidden cells report their name and
+    points, and as reason only the error type (their message could quote hidden values);
+    visible cells report the error line. A cell whose answer cell still raises
+    NotImplementedError is "not implemented".
+    """
+    problem = autograded.problems.get((assignment_id, student), "")
+    by_id = {g.grade_id: g for g in autograded.grades
+             if g.assignment == assignment_id and g.student == student}
+    results = []
+    for cell in cells:
+        grade = by_id.get(cell.grade_id)
+        reason, passed, not_implemented = "", False, False
+        if grade is None:
+            reason = problem or "nbgrader gave this cell no grade"
+        else:
+            passed = grade.max_score > 0 and grade.score >= grade.max_score
+            not_implemented = grade.not_implemented and not passed
+            reason = "" if passed else _reason(cell, grade)
+        results.append(TestResult(
+            nodeid=f"{assignment_id}/{NOTEBOOK}::{cell.grade_id}",
+            name=f"{PART}::{cell.grade_id}",
+            assignment=assignment_id,
+            visibility="hidden" if cell.hidden else "public",
+            points=cell.points,
+            outcome="passed" if passed else "failed",
+            reason=reason,
+            not_implemented=not_implemented,
+            part=PART,
+        ))
+    return tuple(results)
+
+
+def not_graded(assignment_id: str, cells: Sequence[GradeCell] | int,
+               why: str) -> tuple[TestResult, ...]:
+    """Results for a worksheet that cannot be graded here (no source notebook): excluded from
+    the maximum like GPU-only tests. `cells` may be just the points when the cells are unknown."""
+    if isinstance(cells, int):
+        cells = (GradeCell("worksheet", cells, True),)
+    return tuple(
+        TestResult(nodeid=f"{assignment_id}/{NOTEBOOK}::{c.grade_id}",
+                   name=f"{PART}::{c.grade_id}", assignment=assignment_id,
+                   visibility="hidden" if c.hidden else "public", points=c.points,
+                   outcome="skipped", reason=f"{NOT_GRADED_HERE}: {why}",
+                   not_graded_here=True, part=PART)
+        for c in cells
+    )
+
+
+def _reason(cell: GradeCell, grade: CellGrade) -> str:
+    if grade.answer_error:
+        return clip_reason(f"the answer cell above failed: {grade.answer_error}")
+    if not grade.error:
+        return "the cell scored zero"
+    if cell.hidden:
+        kind = grade.error.split(":", 1)[0]
+        return f"a hidden test failed ({kind})"
+    return clip_reason(grade.error)
+
+
+def submitted_notebook(impl: ImplSpec, root: Path, assignment_id: str) -> Path | None:
+    """The student notebook that `--impl` grades (None: nothing to grade).
+
+    `assignments`: the checkout's own; `solutions`: the source (full marks); a directory laid
+    out like assignments/: `<dir>/<id>/worksheet.ipynb`; `mutant:<id>/<name>`: mutants patch
+    code, not worksheets, so the source notebook is graded.
+    """
+    if impl.kind == "assignments":
+        return release_path(root, assignment_id)
+    if impl.kind in SOURCE_GRADED:
+        return source_path(root, assignment_id)
+    return Path(impl.root) / assignment_id / NOTEBOOK
+
+
+def grade_worksheets(
+    course: Course,
+    ids: Sequence[str],
+    impl: ImplSpec,
+    root: Path,
+    suites: Path | None = None,
+    echo: Callable[[str], None] = print,
+    student: str = "student",
+) -> tuple[TestResult, ...]:
+    """Autograde the worksheets of the selected assignments for `python -m grader grade`."""
+    results: list[TestResult] = []
+    sources: dict[str, Path] = {}
+    cells: dict[str, tuple[GradeCell, ...]] = {}
+    for a in with_worksheets(course.select(list(ids))):
+        source = source_path(root, a.id, suites)
+        if not source.is_file():
+            results += not_graded(a.id, a.worksheet_points,
+                                  "the worksheet's source notebook is not in this checkout")
+            continue
+        cells[a.id] = grade_cells(source)
+        sources[a.id] = source
+    if sources:
+        notebooks = {a: submitted_notebook(impl, root, a) for a in sources}
+        if impl.kind in SOURCE_GRADED:
+            notebooks = dict(sources)
+        echo(f"grading {len(sources)} worksheet(s) with nbgrader")
+        done = autograde([Submission(a, student, notebooks[a]) for a in sources], sources,
+                         echo=lambda line: echo(f"  {line}"))
+        for a in sources:
+            results += to_test_results(a, student, cells[a], done)
+    order = {a.id: i for i, a in enumerate(course.assignments)}
+    return tuple(sorted(results, key=lambda t: order.get(t.assignment, len(order))))
+
+
+def with_worksheet_results(run: RunResult, course: Course, ids: Sequence[str], impl: ImplSpec,
+                           root: Path, suites: Path | None = None,
+                           echo: Callable[[str], None] = print) -> RunResult:
+    """`run` with the worksheet results of the selected assignments added (for `grade`)."""
+    try:
+        extra = grade_worksheets(course, ids, impl, root, suites, echo)
+    except WorksheetError as exc:  # a malformed source: the instructor's problem, said so
+        return replace(run, collection_errors=run.collection_errors + (f"worksheets: {exc}",))
+    return replace(run, tests=run.tests + extra)

@@ -1,0 +1,119 @@
+"""The nbgrader process of `grader.worksheets.nbgrade`: generate all, autograde all, write JSON.
+
+    python -m grader.worksheets.nbworker _worker COURSE RESULT_FILE CELL_TIMEOUT
+
+Run by `nbgrade.autograde` in a fresh process with the kernel environment of
+`nbgrade.worker_env`; nbgrader is imported here only, never in the grader's own process.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from grader.worksheets.nbgrade import NOTEBOOK, nbgrader_meta
+
+
+def _worker(course: Path, result_file: Path, cell_timeout: int) -> int:
+    """Inside the nbgrader process: generate all, autograde all, write grades as JSON."""
+    import logging
+
+    from nbgrader.api import Gradebook, MissingEntry
+    from nbgrader.converters import Autograde, GenerateAssignment
+    from nbgrader.coursedir import CourseDirectory
+    from traitlets.config import Config
+
+    log = course / "nbgrader.log"
+    handler = logging.FileHandler(log)
+    config = Config()
+    config.CourseDirectory.root = str(course)
+    config.Execute.timeout = cell_timeout
+    config.Execute.kernel_name = "python3"
+    config.OverwriteCells.add_missing_cells = True
+    db_url = f"sqlite:///{course / 'gradebook.db'}"
+    config.CourseDirectory.db_url = db_url
+    problems: list[tuple[tuple[str, str], str]] = []
+
+    def run(converter_class, assignment_id: str, student_id: str = "*") -> None:
+        coursedir = CourseDirectory(config=config)
+        coursedir.assignment_id = assignment_id
+        coursedir.student_id = student_id
+        converter = converter_class(coursedir=coursedir, config=config)
+        converter.log.handlers = [handler]
+        converter.log.propagate = False
+        converter.force = True
+        converter.start()
+
+    assignments = sorted(p.name for p in (course / "source").iterdir())
+    run(GenerateAssignment, "*")
+    print(f"worksheet release generated: {', '.join(assignments)}", flush=True)
+    submitted = course / "submitted"
+    pairs = sorted((a.name, s.name) for s in submitted.iterdir() for a in s.iterdir()) \
+        if submitted.is_dir() else []
+    grades = []
+    for assignment_id, student in pairs:
+        start = time.perf_counter()
+        try:
+            run(Autograde, assignment_id, student)
+        except Exception as exc:  # noqa: BLE001 - nbgrader raises its own types, or plain ones
+            problems.append(((assignment_id, student), f"nbgrader autograde failed: {exc}"))
+        graded = course / "autograded" / student / assignment_id / NOTEBOOK
+        if not graded.is_file():
+            problems.append(((assignment_id, student), "nbgrader wrote no autograded notebook"))
+            continue
+        errors = _cell_errors(json.loads(graded.read_text(encoding="utf-8")), cell_timeout)
+        with Gradebook(db_url) as gb:
+            try:
+                notebook = gb.find_submission_notebook("worksheet", assignment_id, student)
+            except MissingEntry:
+                problems.append(((assignment_id, student), "no grades in the gradebook"))
+                continue
+            for grade in notebook.grades:
+                own, answer, missing = errors.get(grade.name, ("", "", False))
+                grades.append({
+                    "assignment": assignment_id, "student": student, "grade_id": grade.name,
+                    "score": float(grade.auto_score or 0.0), "max_score": float(grade.max_score),
+                    "error": own, "answer_error": answer, "not_implemented": missing,
+                })
+        print(f"worksheet {assignment_id} ({student}): autograded in "
+              f"{time.perf_counter() - start:.1f} s", flush=True)
+    result_file.write_text(json.dumps({"grades": grades, "problems": problems}), "utf-8")
+    return 0
+
+
+def _cell_errors(notebook: dict, cell_timeout: int) -> dict[str, tuple[str, str, bool]]:
+    """grade_id -> (its error, the error of the answer cell above it, answer not implemented)."""
+    found: dict[str, tuple[str, str, bool]] = {}
+    answer = ("", False)
+    for cell in notebook["cells"]:
+        meta = nbgrader_meta(cell)
+        if cell.get("cell_type") != "code" or not meta:
+            continue
+        error = _error_line(cell)
+        if error.startswith(("KeyboardInterrupt", "CellTimeoutError")):  # nbclient interrupts
+            error = f"CellTimeoutError: ran past the {cell_timeout} s limit per cell"
+        if meta.get("solution"):
+            answer = (error, error.startswith("NotImplementedError"))
+        elif meta.get("grade"):
+            not_implemented = answer[1] or error.startswith("NotImplementedError")
+            found[str(meta.get("grade_id"))] = (error, answer[0], not_implemented)
+    return found
+
+
+def _error_line(cell: dict) -> str:
+    for output in cell.get("outputs", []):
+        if output.get("output_type") == "error":
+            value = " ".join(str(output.get("evalue", "")).split())
+            return f"{output.get('ename', 'Error')}: {value}".rstrip(": ")
+    for output in cell.get("outputs", []):
+        if output.get("output_type") == "stream" and output.get("name") == "stderr":
+            text = "".join(output.get("text", ""))
+            first = text.strip().splitlines()[0] if text.strip() else ""
+            return f"wrote to stderr (nbgrader scores such a cell zero): {first}"
+    return ""
+
+
+if __name__ == "__main__" and len(sys.argv) == 5 and sys.argv[1] == "_worker":
+    raise SystemExit(_worker(Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4])))
