@@ -7,7 +7,7 @@
   names; every other module comes from solutions/;
 - a directory laid out like assignments/ (e.g. `submission/ring_allreduce/ring.py`).
 
-`resolve_impl` is the one parser of that value: the grader resolves it once per run (the CLI,
+`resolve_impl` is the one parser of that value: the caller resolves it once per run (the CLI,
 or the pytest plugin of each session) and passes the `ImplSpec` on; `IMPL_HELP` is the help text
 of every `--impl` option. `resolve_impl` runs in the parent and only checks paths; `load_module`
 runs in a rank and is the only place code under test is imported.
