@@ -186,12 +186,18 @@ def _progress_printer():
 
 
 def _list(args: argparse.Namespace, course: Course) -> int:
+    try:  # the committed mutation score (instructors only: absent from a student release)
+        from grader.instructor.mutate.summary import score_text
+    except ModuleNotFoundError:
+        def score_text(assignment, root):  # type: ignore[misc]
+            return "-"
     rows = [
-        [i, a.id, a.points, a.public_points, ", ".join(a.prerequisites) or "-", a.part, a.title]
+        [i, a.id, a.points, a.public_points, ", ".join(a.prerequisites) or "-",
+         score_text(a, args.root), a.part, a.title]
         for i, a in enumerate(course.assignments, start=1)
     ]
     print(f"{course.name} {course.version}")
-    headers = ["#", "id", "points", "public", "prerequisites", "part", "title"]
+    headers = ["#", "id", "points", "public", "prerequisites", "mutation", "part", "title"]
     print(format_table(headers, rows))
     return 0
 

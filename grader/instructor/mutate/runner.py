@@ -1,0 +1,192 @@
+"""Run generated mutants against an assignment's suites and judge each one.
+
+A generated mutant is never written into `solutions/<id>/mutants/` (those are the hand-written
+mutants selfcheck requires). Each one becomes a folder laid out like `assignments/` in a
+temporary directory — `<tmp>/<slug>/<id>/<module>.py` for every module the manifest lists, the
+mutated module changed — and is graded as `--impl <tmp>/<slug>`, the directory form
+`harness/impl.py` already resolves. Provided helpers are imported absolutely
+(`assignments.<id>.<helper>`), so the folder holds the editable modules only.
+
+How the folders are graded is an `Engine`. `SessionEngine` runs one isolated pytest session per
+mutant through `grader.runner.run_session`, stopping at the first failure (`-x`), a few at a
+time; an engine that grades many implementations in one session can replace it without
+changing anything else here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from grader.instructor.mutate.generate import Generation, Mutant
+from grader.manifest import Assignment
+from grader.runner import Session, run_session, stop_all_sessions
+from harness.impl import resolve_impl
+
+VERDICTS = ("killed", "survived", "timed_out", "error")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What grading one implementation folder showed."""
+
+    status: str  # one of VERDICTS
+    killed_by: str = ""  # nodeid of the first graded test that failed
+    reason: str = ""  # that test's one-line feedback, or what went wrong with the session
+    tests_run: tuple[str, ...] = ()  # nodeids of the graded tests that ran (all passed: survived)
+    wall_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.status not in VERDICTS:
+            raise ValueError(f"verdict {self.status!r} is not one of {', '.join(VERDICTS)}")
+
+
+class Engine(Protocol):
+    """Grades implementation folders and reports a verdict for each, in any order."""
+
+    def run(self, impls: Sequence[tuple[str, Path]], timeout: float,
+            on_verdict: Callable[[str, Verdict], None]) -> None:
+        """Grade each `(key, folder)`; call `on_verdict(key, verdict)` as each one finishes.
+
+        `timeout` bounds one implementation's grading; past it the verdict is `timed_out`.
+        """
+        ...
+
+
+class BaselineFailed(RuntimeError):
+    """The unmutated solution, laid out as a mutant is, does not pass the suites."""
+
+
+def judge_session(session: Session) -> Verdict:
+    """A mutant is killed when a graded test failed; GPU-only tests skipped here do not count."""
+    if session.timed_out:
+        return Verdict("timed_out", reason=session.problem, wall_s=session.wall_s)
+    run = session.result
+    if run is None or run.collection_errors or not run.tests:
+        why = session.problem or ("a suite could not be collected" if run is not None
+                                  and run.collection_errors else "no graded test ran")
+        return Verdict("error", reason=why, wall_s=session.wall_s)
+    graded = [t for t in run.tests if not t.not_graded_here]
+    failed = [t for t in graded if not t.passed]
+    ran = tuple(t.nodeid for t in graded)
+    if failed:
+        return Verdict("killed", killed_by=failed[0].nodeid, reason=failed[0].feedback,
+                       tests_run=ran, wall_s=session.wall_s)
+    if session.problem:
+        return Verdict("error", reason=session.problem, tests_run=ran, wall_s=session.wall_s)
+    return Verdict("survived", tests_run=ran, wall_s=session.wall_s)
+
+
+@dataclass
+class SessionEngine:
+    """One isolated pytest session per implementation, `jobs` at a time, stopping at -x."""
+
+    paths: Sequence[Path]
+    root: Path
+    suites: Path | None = None
+    jobs: int = 2
+
+    def run(self, impls: Sequence[tuple[str, Path]], timeout: float,
+            on_verdict: Callable[[str, Verdict], None]) -> None:
+        with ThreadPoolExecutor(max_workers=max(1, self.jobs)) as pool:
+            futures = {
+                pool.submit(run_session, self.paths, resolve_impl(str(folder)), stop_first=True,
+                            timeout=timeout, root=self.root, suites=self.suites): key
+                for key, folder in impls
+            }
+            try:
+                for future in as_completed(futures):
+                    on_verdict(futures[future], judge_session(future.result()))
+            except BaseException:  # Ctrl-C or SIGTERM: end the running sessions, start no more
+                pool.shutdown(wait=False, cancel_futures=True)
+                stop_all_sessions()
+                raise
+
+
+def write_tree(dest: Path, assignment: Assignment, sources: dict[str, str],
+               mutant: Mutant | None = None) -> Path:
+    """`dest/<id>/<module>.py` for every module (one of them mutated); returns `dest`."""
+    folder = dest / assignment.id
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "__init__.py").write_text("", encoding="utf-8")
+    for module, source in sources.items():
+        if mutant is not None and mutant.module == module:
+            source = mutant.apply(source)
+        (folder / f"{module}.py").write_text(source, encoding="utf-8")
+    return dest
+
+
+def spread(items: Sequence[Mutant], limit: int | None) -> list[Mutant]:
+    """At most `limit` items, evenly spaced over the list (every module gets its share)."""
+    if limit is None or limit >= len(items):
+        return list(items)
+    if limit <= 0:
+        return []
+    return [items[(i * len(items)) // limit] for i in range(limit)]
+
+
+@dataclass(frozen=True)
+class Baseline:
+    tests: int
+    wall_s: float
+
+
+def run_baseline(engine: Engine, assignment: Assignment, generation: Generation, workdir: Path,
+                 timeout: float) -> Baseline:
+    """Grade the unmutated solution as a mutant folder; it must pass every graded test."""
+    folder = write_tree(workdir / "_solution", assignment, generation.sources)
+    verdicts: list[Verdict] = []
+    engine.run([("_solution", folder)], timeout, lambda _key, v: verdicts.append(v))
+    verdict = verdicts[0] if verdicts else Verdict("error", reason="the engine gave no verdict")
+    if verdict.status != "survived":
+        detail = f"{verdict.killed_by}: {verdict.reason}" if verdict.killed_by else verdict.reason
+        raise BaselineFailed(f"the unmutated solution of {assignment.id}, graded as a folder "
+                             f"({folder}), does not pass: {verdict.status}: {detail}; fix that "
+                             "first (python -m grader grade --impl solutions)")
+    return Baseline(tests=len(verdict.tests_run), wall_s=verdict.wall_s)
+
+
+def run_mutants(engine: Engine, assignment: Assignment, generation: Generation,
+                mutants: Sequence[Mutant], workdir: Path, timeout: float,
+                on_verdict: Callable[[Mutant, Verdict], None]) -> dict[str, Verdict]:
+    """Grade each mutant's folder; mutant id -> verdict."""
+    by_key = {m.mutant_id: m for m in mutants}
+    impls = [(m.mutant_id, write_tree(workdir / m.slug, assignment, generation.sources, m))
+             for m in mutants]
+    verdicts: dict[str, Verdict] = {}
+
+    def record(key: str, verdict: Verdict) -> None:
+        verdicts[key] = verdict
+        on_verdict(by_key[key], verdict)
+
+    engine.run(impls, timeout, record)
+    return verdicts
+
+
+class Progress:
+    """`[ 12/119] killed 10/12, ~3m40s left: <mutant> <verdict>`."""
+
+    def __init__(self, total: int, echo: Callable[[str], None]) -> None:
+        self.total, self.echo = total, echo
+        self.done = self.killed = 0
+        self.started = time.perf_counter()
+
+    def __call__(self, mutant: Mutant, verdict: Verdict) -> None:
+        self.done += 1
+        self.killed += verdict.status == "killed"
+        elapsed = time.perf_counter() - self.started
+        left = elapsed / self.done * (self.total - self.done)
+        what = f"killed by {verdict.killed_by.rpartition('/')[2]}" \
+            if verdict.status == "killed" else verdict.status.upper().replace("_", " ")
+        width = len(str(self.total))
+        self.echo(f"[{self.done:>{width}}/{self.total}] killed {self.killed}/{self.done}, "
+                  f"~{_duration(left)} left: {mutant.name} {what}")
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
