@@ -308,3 +308,16 @@ def test_launch_fails_the_rank_that_returned_a_hostile_result():
         with pytest.raises(PayloadError, match=f"^rank 1 of 2 returned a result that .*{rule}"):
             launch(rankfns.forge_hostile_result, world_size=2, args=(kind,))
     assert _vmhwm_mb() - before < 200
+
+
+def test_the_opcode_reader_decodes_as_pickletools_does():
+    import pickletools
+
+    values = [{"value": [torch.zeros(2, 3), -5, 2**70, -(2**40), 70000, 1.5, "é\udcff", None,
+                         True, False, (), (1,), (1, 2), (1, 2, 3), (1, 2, 3, 4), {}, {7: "x"}],
+               "comm": [{"op": "send"}] * 3},
+              torch.zeros(2, dtype=torch.uint16), list(range(300))]
+    for value in values:
+        pickled = zipfile.ZipFile(io.BytesIO(_save(value))).read("archive/data.pkl")
+        expected = [(op.name, arg) for op, arg, _ in pickletools.genops(pickled)]
+        assert list(payload._opcodes(pickled)) == expected
