@@ -134,7 +134,8 @@ def launch(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] =
             procs.append(forkserver.start_process(rank_entry, (job,), f"mlsys-rank{job.rank}"))
         written = _watch(procs, jobs, started + timeout, timeout, qualname,
                          limited=wrapper is not None)
-        results = [payload.load(job.path("result.pt"), max_result_bytes) for job in jobs]
+        results = [payload.load(job.path("result.pt"), max_result_bytes,
+                                who=f"rank {job.rank} of {world_size}") for job in jobs]
     finally:
         for proc in procs:
             if proc.pid is not None:
@@ -147,7 +148,11 @@ def launch(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] =
         if not isinstance(result, dict) or set(result) != {"value", "comm"}:
             raise PayloadError(f"rank {r}: malformed result file")
         values.append(result["value"])
-        comm.append([CommRecord.from_plain(rec) for rec in result["comm"]])
+        try:
+            comm.append([CommRecord.from_plain(rec) for rec in result["comm"]])
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise PayloadError(f"rank {r}: malformed communication log in its result file "
+                               f"({type(exc).__name__})") from None
     for r, records in enumerate(comm):
         bad = [rec for rec in records if rec.forbidden]
         if bad:

@@ -5,7 +5,8 @@ assignments/). Each case is graded exactly as a pull request would be — `pytho
 ring_allreduce --impl <submission> --sandbox on` in a fresh process — with canary tokens in the
 grader's environment. A case passes when the score is the one it deserves, the reason shown is
 the expected one, no canary or injected markup reaches the reports, no marker file appeared (code
-that must never run did not), and no process outlived the grading.
+that must never run did not), no process outlived the grading, and (where the case sets
+`max_parent_mb`) no process of the grading grew past that peak resident memory.
 
     python -m grader adversarial [NAME ...]      # table: case, score, reason, time, survivors
 """
@@ -51,12 +52,14 @@ class Case:
     marker: str = ""
     needs_full_sandbox: bool = False
     not_in_summary: tuple[str, ...] = ()
+    max_parent_mb: int = 0  # peak RSS of any grading process (wait4's ru_maxrss); 0: unchecked
 
     @classmethod
     def load(cls, folder: Path) -> Case:
         data = tomllib.loads((folder / "case.toml").read_text())
         unknown = set(data) - {"attack", "select", "score", "suite", "reason", "marker",
-                               "needs_full_sandbox", "not_in_summary", "secret"}
+                               "needs_full_sandbox", "not_in_summary", "secret",
+                               "max_parent_mb"}
         if unknown or not {"attack", "select", "score"} <= set(data):
             raise ValueError(f"{folder}/case.toml: needs attack, select, score; unknown keys "
                              f"{sorted(unknown)}")
@@ -67,7 +70,8 @@ class Case:
                    suite=data.get("suite", "public"), reason=data.get("reason", ""),
                    marker=data.get("marker", ""),
                    needs_full_sandbox=bool(data.get("needs_full_sandbox", False)),
-                   not_in_summary=tuple(data.get("not_in_summary", ())))
+                   not_in_summary=tuple(data.get("not_in_summary", ())),
+                   max_parent_mb=int(data.get("max_parent_mb", 0)))
 
 
 @dataclass
@@ -81,6 +85,7 @@ class CaseResult:
     sandbox: str = ""
     problems: list[str] = field(default_factory=list)
     skipped: str = ""
+    peak_mb: int | None = None  # the grading's peak resident memory (its largest process)
 
     @property
     def ok(self) -> bool:
@@ -132,20 +137,28 @@ def _reap_adopted(keep: int | None = None) -> None:
 
 
 def _run_reaping(command: list[str], env: dict[str, str],
-                 log: Path) -> subprocess.CompletedProcess:
-    """Run the grading command, reaping adopted orphans while it runs; output to `log`."""
+                 log: Path) -> tuple[subprocess.CompletedProcess, int]:
+    """Run the grading command, reaping adopted orphans while it runs; output to `log`.
+
+    Also returns the peak resident memory, in MiB, of the largest process of the grading
+    (wait4's ru_maxrss covers the command and every descendant it waited for)."""
     with open(log, "w+") as output:
         proc = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=output,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True)
         deadline = time.monotonic() + GRADE_TIMEOUT_S
-        while proc.poll() is None:
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                proc.returncode = os.waitstatus_to_exitcode(status)
+                break
             _reap_adopted(keep=proc.pid)
             if time.monotonic() > deadline:
                 proctree.kill_tree(proc.pid)
             time.sleep(0.05)
         output.seek(0)
         text = output.read()
-    return subprocess.CompletedProcess(command, proc.returncode, text, "")
+    peak_mb = usage.ru_maxrss // 1024  # KiB on Linux
+    return subprocess.CompletedProcess(command, proc.returncode, text, ""), peak_mb
 
 
 def run_case(case: Case, *, sandbox: str = "on") -> CaseResult:
@@ -169,7 +182,7 @@ def run_case(case: Case, *, sandbox: str = "on") -> CaseResult:
         _become_subreaper()
         before = proctree.descendants(os.getpid())
         started = time.monotonic()
-        proc = _run_reaping(command, env, workdir / "grade.log")
+        proc, result.peak_mb = _run_reaping(command, env, workdir / "grade.log")
         result.seconds = time.monotonic() - started
         deadline = time.monotonic() + 5
         while True:
@@ -229,6 +242,9 @@ def _judge(case: Case, result: CaseResult, proc: subprocess.CompletedProcess,
         result.problems.append(f"the PR comment is {len(summary)} characters, over GitHub's cap")
     if result.survivors:
         result.problems.append(f"processes outlived grading: {result.survivors}")
+    if case.max_parent_mb and (result.peak_mb or 0) > case.max_parent_mb:
+        result.problems.append(f"a grading process peaked at {result.peak_mb} MiB of memory, "
+                               f"over the case's {case.max_parent_mb} MiB")
 
 
 def table(results: list[CaseResult]) -> str:
@@ -266,6 +282,7 @@ def run_all(names: list[str] | None = None, sandbox: str = "on") -> int:
         results.append(run_case(case, sandbox=sandbox))
         r = results[-1]
         verdict = r.skipped and f"skipped ({r.skipped})" or ("ok" if r.ok else "WRONG")
-        print(f"        {r.score}/{r.max_score} in {r.seconds:.1f} s: {verdict}", flush=True)
+        print(f"        {r.score}/{r.max_score} in {r.seconds:.1f} s, peak {r.peak_mb} MiB: "
+              f"{verdict}", flush=True)
     print(table(results))
     return 0 if all(r.ok for r in results) else 1

@@ -14,8 +14,9 @@ from grader.instructor import adversarial
 
 CASES = adversarial.cases()
 
-# The 22 attacks issue 11 lists, plus the honest positive control (00).
-REQUIRED = {f"{n:02d}" for n in range(23)}
+# The 22 attacks issue 11 lists, plus the honest positive control (00); 23-25: hostile results
+# (shared references, stride-0 views, deep nesting) from issue 27.
+REQUIRED = {f"{n:02d}" for n in range(26)}
 
 
 def test_the_corpus_covers_every_listed_attack():

@@ -188,3 +188,21 @@ def has_module(ctx, name):
     import sys
 
     return name in sys.modules
+
+
+def forge_hostile_result(ctx, kind):
+    """Rank 1 writes a hostile result file itself and stops as a returned rank would; the
+    others return honestly. `kind`: 'shared' (lists sharing references, 2^40 paths),
+    'stride0' (a 1-element storage expanded to 2.4 GB)."""
+    if ctx.rank != 1:
+        return "honest"
+    value = [0]
+    if kind == "shared":
+        for _ in range(40):
+            value = [value, value]
+    else:
+        value = torch.zeros(1).expand(600_000_000)
+    workdir = os.path.dirname(os.readlink("/proc/self/fd/1"))
+    torch.save({"value": value, "comm": []}, os.path.join(workdir, f"rank{ctx.rank}.result.pt"))
+    os.kill(os.getpid(), signal.SIGSTOP)  # look like a rank that returned
+    return "unreachable"
