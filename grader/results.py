@@ -151,6 +151,12 @@ class RunResult:
     exitstatus: int = 0
     # The sandbox the ranks ran in: {"mode", "summary", ...} from harness/sandbox.py, or {}.
     sandbox: tuple[tuple[str, str], ...] = ()
+    # Tests not run because this implementation had already failed one (stop at first failure
+    # in a session grading several implementations): neither passed nor failed.
+    not_run: tuple[str, ...] = ()
+    # Where the session's time went (seconds): "collected", "forkserver", "launches", "session"
+    # (see grader.plugin); shared by every implementation of a multi-implementation session.
+    timing: tuple[tuple[str, float], ...] = ()
 
     @property
     def sandbox_summary(self) -> str:
@@ -184,6 +190,8 @@ class RunResult:
             "tests": [asdict(t) for t in self.tests],
             "collection_errors": list(self.collection_errors),
             "exitstatus": self.exitstatus,
+            "not_run": list(self.not_run),
+            "timing": dict(self.timing),
         }
 
     def save(self, path: Path) -> None:
@@ -192,16 +200,26 @@ class RunResult:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(self.to_json(), indent=1))
 
+    @staticmethod
+    def save_all(runs: list[RunResult], path: Path) -> None:
+        """Write the runs of a session that graded several implementations: {"runs": [...]}."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"runs": [run.to_json() for run in runs]}, indent=1))
+
+    @classmethod
+    def load_all(cls, path: Path) -> list[RunResult]:
+        """Every run in a results file, whether it holds one implementation or several."""
+        data = _read_json(path)
+        if isinstance(data, dict) and "runs" in data:
+            runs = _field(data, "runs", list, str(path))
+            return [cls.from_json(run, f"{path}: runs[{i}]") for i, run in enumerate(runs)]
+        return [cls.from_json(data, str(path))]
+
     @classmethod
     def load(cls, path: Path) -> RunResult:
         """Read the plugin's JSON file; `ResultsError` when missing or malformed."""
-        try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except FileNotFoundError as exc:
-            raise ResultsError(f"{path}: the pytest run wrote no results file") from exc
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ResultsError(f"{path}: unreadable results file: {exc}") from exc
-        return cls.from_json(data, str(path))
+        return cls.from_json(_read_json(path), str(path))
 
     @classmethod
     def from_json(cls, data: Any, source: str = "results") -> RunResult:
@@ -218,7 +236,23 @@ class RunResult:
             raise ResultsError(f"{source}.sandbox: expected an object, got {sandbox!r}")
         plain = tuple((str(k), str(v)) for k, v in sandbox.items()
                       if isinstance(v, (str, int, float, bool)))
-        return cls(impl, parsed, tuple(str(e) for e in errors), exitstatus, plain)
+        not_run = data.get("not_run", [])
+        timing = data.get("timing", {})
+        if not isinstance(not_run, list) or not isinstance(timing, dict):
+            raise ResultsError(f"{source}: not_run must be a list and timing an object")
+        times = tuple((str(k), float(v)) for k, v in timing.items()
+                      if isinstance(v, (int, float)) and not isinstance(v, bool))
+        return cls(impl, parsed, tuple(str(e) for e in errors), exitstatus, plain,
+                   tuple(str(n) for n in not_run), times)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise ResultsError(f"{path}: the pytest run wrote no results file") from exc
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ResultsError(f"{path}: unreadable results file: {exc}") from exc
 
 
 def _report_order(test: TestResult) -> tuple:

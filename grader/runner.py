@@ -20,7 +20,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -51,15 +51,27 @@ class Session:
     output_tail: str
     result: RunResult | None  # None when the plugin wrote no (readable) results
     problem: str = ""  # why `result` is None, or why the run is not trustworthy
+    # A session grading several implementations: one run each, in --impl order (`result` is
+    # the first); `for_impl` gives the view of one of them.
+    results: tuple[RunResult, ...] = ()
+
+    def for_impl(self, impl: ImplSpec) -> Session:
+        """This session as if it had graded `impl` alone (its run, or None with a problem)."""
+        run = next((r for r in self.results if r.impl == impl.text), None)
+        problem = self.problem
+        if run is None and not problem:
+            problem = f"the session wrote no results for {impl.text}"
+        return Session(self.returncode, self.timed_out, self.wall_s, self.output_tail, run,
+                       problem, (run,) if run else ())
 
 
 def pytest_command(
     paths: Sequence[str | Path],
-    impl: ImplSpec,
+    impl: ImplSpec | Sequence[ImplSpec],
     results_path: Path,
     *,
     workers: int = 0,
-    stop_first: bool = False,
+    stop_first: bool | Collection[ImplSpec] = False,
     progress: bool = True,
     root: Path = REPO_ROOT,
     suites: Path | None = None,
@@ -68,14 +80,18 @@ def pytest_command(
     """The argv of an isolated graded pytest session over `paths` (files or directories).
 
     `impl` is the resolved --impl, handed on as a value the session's plugin resolves to the
-    same spec. `root` is the course checkout the session grades (pytest's rootdir); the grader
+    same spec; several of them grade each in turn in the one session (grader/plugin.py), and
+    `stop_first` then names those that stop at their first failure (`True`: all of them).
+    `root` is the course checkout the session grades (pytest's rootdir); the grader
     itself is always imported from the checkout this module lives in. Tests under `suites`
     (default `root/grader/suites`) are the hidden ones.
     """
     command = [sys.executable, "-I", "-c", _BOOTSTRAP.format(root=str(REPO_ROOT))]
     command += ["--noconftest", "-p", "grader.plugin", "-p", "xdist.plugin", "--graded"]
-    command += ["--impl", impl.argument, "--mlsys-results", str(results_path),
-                f"--rootdir={root}"]
+    impls: list[ImplSpec] = list(impl) if isinstance(impl, (list, tuple)) else [impl]  # type: ignore[list-item]
+    for spec in impls:
+        command += ["--impl", spec.argument]
+    command += ["--mlsys-results", str(results_path), f"--rootdir={root}"]
     command += ["--hidden-root", str(hidden_root(root, suites))]
     # A broken suite file must not stop the others from grading; it is still reported.
     command += ["-p", "no:terminal", "-p", "no:cacheprovider", "--continue-on-collection-errors"]
@@ -83,8 +99,12 @@ def pytest_command(
         command.append("--mlsys-progress")
     if workers > 0:
         command += ["-n", str(workers)]
-    if stop_first:
+    if stop_first is True and len(impls) == 1:
         command.append("-x")
+    elif stop_first:
+        stopping: list[ImplSpec] = impls if stop_first is True else list(stop_first)
+        for spec in stopping:
+            command += ["--stop-first", spec.argument]
     command += list(extra)
     command += [str(p) for p in paths]
     return command
@@ -92,10 +112,10 @@ def pytest_command(
 
 def run_session(
     paths: Sequence[str | Path],
-    impl: ImplSpec,
+    impl: ImplSpec | Sequence[ImplSpec],
     *,
     workers: int = 0,
-    stop_first: bool = False,
+    stop_first: bool | Collection[ImplSpec] = False,
     timeout: float = 1800.0,
     on_line: Callable[[str], None] | None = None,
     root: Path = REPO_ROOT,
@@ -113,11 +133,12 @@ def run_session(
             progress=on_line is not None, root=root, suites=suites, extra=extra,
         )
         returncode, timed_out, wall_s, tail = _run(command, root, timeout, on_line)
-        result, problem = None, ""
+        result, results, problem = None, [], ""
         if timed_out:
             problem = f"the pytest session ran past {timeout:.0f} s and was killed"
         try:
-            result = RunResult.load(results_path)
+            results = RunResult.load_all(results_path)
+            result = results[0] if results else None
         except ValueError as exc:
             last = [line for line in tail.splitlines() if line.strip()][-2:]
             detail = f" (pytest exit {returncode}: {' / '.join(last)})" if last else ""
@@ -126,7 +147,7 @@ def run_session(
         if result is not None and returncode in PYTEST_ERROR_CODES and not problem \
                 and not (returncode == 2 and collection_failed):  # reported as such
             problem = f"pytest exited with {returncode} ({PYTEST_ERROR_CODES[returncode]})"
-        return Session(returncode, timed_out, wall_s, tail, result, problem)
+        return Session(returncode, timed_out, wall_s, tail, result, problem, tuple(results))
 
 
 def suite_paths(assignment_id: str, root: Path, suites: Path | None = None) -> list[Path]:

@@ -18,7 +18,10 @@ Per assignment, these checks (docs/design.md, principle 5):
   is up to date, scores zero and holds no solution or hidden test
   (`grader/instructor/worksheets.py`).
 
-Each pytest session is an independent subprocess; a small thread pool runs them side by side.
+Per assignment, one pytest session grades the solution, the stub and every mutant (the plugin
+parametrizes each test over the implementations, and stops each mutant at its first failure);
+the margin runs take a session each. Sessions are independent subprocesses; a small thread pool
+runs them side by side. `--session-per-impl` runs one session per implementation instead.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import argparse
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from grader.compare import MAX_MARGIN
@@ -212,6 +215,56 @@ def plan(course: Course, ids: list[str], root: Path, suites: Path | None) -> lis
     return jobs
 
 
+@dataclass(frozen=True)
+class Batch:
+    """Jobs graded by one pytest session: one implementation each, or several at once."""
+
+    jobs: tuple[Job, ...]
+
+    @property
+    def label(self) -> str:
+        if len(self.jobs) == 1:
+            return self.jobs[0].label
+        return f"{self.jobs[0].assignment}: {len(self.jobs)} implementations in one session"
+
+
+def batches(todo: list[Job], *, together: bool = True) -> list[Batch]:
+    """Group the jobs into sessions. `together`: per assignment, the solution, the stub and
+    every mutant share one session (grader/plugin.py grades several implementations in one
+    pytest session); the margin runs keep their own, since their seeds shape collection.
+    Otherwise one session per job (the old way, kept for `bench selfcheck`). Longest first."""
+    if not together:
+        return [Batch((job,)) for job in todo]
+    grouped: dict[str, list[Job]] = {}
+    single: list[Batch] = []
+    for job in todo:
+        if job.kind == "margin":
+            single.append(Batch((job,)))
+        else:
+            grouped.setdefault(job.assignment, []).append(job)
+    return [Batch(tuple(jobs)) for jobs in grouped.values()] + single
+
+
+def run_batch(batch: Batch, *, timeout: float, root: Path, suites: Path | None
+              ) -> list[tuple[Job, Session]]:
+    """Run one session for the batch; each job's view of it, with the session's wall time
+    shared out by the time each implementation's tests took (start-up to the first)."""
+    first = batch.jobs[0]
+    impls = [job.impl for job in batch.jobs]
+    stop = [job.impl for job in batch.jobs if job.kind == "mutant"]
+    session = run_session(first.paths, impls if len(impls) > 1 else impls[0],
+                          stop_first=stop if len(impls) > 1 else bool(stop),
+                          timeout=timeout + 60.0 * (len(impls) - 1), root=root, suites=suites,
+                          extra=first.extra_args)
+    if len(batch.jobs) == 1:
+        return [(first, session)]
+    views = [session.for_impl(job.impl) for job in batch.jobs]
+    spent = [view.result.duration if view.result else 0.0 for view in views]
+    overhead = max(session.wall_s - sum(spent), 0.0)
+    return [(job, replace(view, wall_s=seconds + (overhead if i == 0 else 0.0)))
+            for i, (job, view, seconds) in enumerate(zip(batch.jobs, views, spent))]
+
+
 def selfcheck(
     course: Course,
     ids: list[str],
@@ -220,6 +273,7 @@ def selfcheck(
     jobs: int = 2,
     timeout: float = 600.0,
     echo: Callable[[str], None] = print,
+    together: bool = True,
 ) -> int:
     """Run every check, print progress and the table; 0 when nothing is breached, else 1."""
     started = time.perf_counter()
@@ -246,22 +300,22 @@ def selfcheck(
             )
     _check_worksheets(assignments, root, suites, verdicts, echo)
     todo = plan(course, ids, root, suites)
-    echo(f"selfcheck: {len(assignments)} assignment(s), {len(todo)} pytest session(s), "
-         f"{jobs} at a time")
+    sessions = batches(todo, together=together)
+    echo(f"selfcheck: {len(assignments)} assignment(s), {len(todo)} implementation run(s) in "
+         f"{len(sessions)} pytest session(s), {jobs} at a time")
+    done = 0
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         futures = {
-            pool.submit(
-                run_session, job.paths, job.impl, stop_first=job.kind == "mutant",
-                timeout=timeout, root=root, suites=suites, extra=job.extra_args,
-            ): job
-            for job in todo
+            pool.submit(run_batch, batch, timeout=timeout, root=root, suites=suites): batch
+            for batch in sessions
         }
         try:
-            for done, future in enumerate(as_completed(futures), start=1):
-                job = futures[future]
-                line = _record(job, future.result(), verdicts[job.assignment], course,
-                               margins[job.assignment])
-                echo(f"[{done:>{len(str(len(todo)))}}/{len(todo)}] {line}")
+            for future in as_completed(futures):
+                for job, session in future.result():
+                    done += 1
+                    line = _record(job, session, verdicts[job.assignment], course,
+                                   margins[job.assignment])
+                    echo(f"[{done:>{len(str(len(todo)))}}/{len(todo)}] {line}")
         except BaseException:  # Ctrl-C or SIGTERM: end the running sessions, start no more
             pool.shutdown(wait=False, cancel_futures=True)
             stop_all_sessions()
@@ -392,11 +446,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     check.add_argument("-j", "--jobs", type=int, default=2,
                        help="pytest sessions run side by side (default: 2)")
     check.add_argument("--timeout", type=float, default=600.0,
-                       help="seconds before one session is killed as hung (default: 600)")
+                       help="seconds before one session is killed as hung (default: 600; a "
+                            "session of several implementations gets 60 s more for each)")
+    check.add_argument("--session-per-impl", action="store_true",
+                       help="one pytest session per implementation (the old way; slower)")
     check.set_defaults(handler=_command)
 
 
 def _command(args: argparse.Namespace, course: Course) -> int:
     suites = args.suites.resolve() if args.suites is not None else None
     return selfcheck(course, args.ids, args.root, suites, jobs=args.jobs, timeout=args.timeout,
-                     echo=lambda line: print(line, flush=True))
+                     echo=lambda line: print(line, flush=True),
+                     together=not args.session_per_impl)

@@ -17,6 +17,8 @@ from grader.instructor.selfcheck import (
     selfcheck,
 )
 from grader.manifest import load_manifest
+from grader.results import RunResult
+from grader.runner import Session
 from grader.tests._fakes import entry, make_course, session, solution_tests, stub_tests
 
 NOT_IMPL = "not implemented yet: add: see README §1"
@@ -121,22 +123,37 @@ def test_margin_report_takes_the_worst_run_and_breaches_above_half():
 
 
 def fake_sessions(monkeypatch, sessions: dict):
-    """Replace the pytest subprocess with canned sessions keyed by --impl."""
+    """Replace the pytest subprocess with canned sessions keyed by --impl (a session of several
+    implementations is put together from theirs); `calls` records (impl, stops first) pairs."""
     calls = []
 
-    def fake_run_session(paths, impl, *, stop_first=False, **kwargs):
-        calls.append((impl.text, stop_first))
-        key = f"{impl.text} {' '.join(kwargs.get('extra', ()))}".strip()
+    def canned(impl, extra):
+        key = f"{impl.text} {' '.join(extra)}".strip()
         return sessions.get(key, sessions.get(impl.text))
+
+    def fake_run_session(paths, impl, *, stop_first=False, **kwargs):
+        extra = kwargs.get("extra", ())
+        if not isinstance(impl, list):
+            calls.append((impl.text, stop_first))
+            return canned(impl, extra)
+        calls.extend((i.text, i in stop_first) for i in impl)
+        parts = [canned(i, extra) for i in impl]
+        results = tuple(RunResult(i.text, p.result.tests) for i, p in zip(impl, parts)
+                        if p is not None and p.result is not None)
+        problems = [p.problem for p in parts if p is not None and p.problem]
+        return Session(1, any(p.timed_out for p in parts if p), 0.5, "",
+                       results[0] if results else None, problems[0] if problems else "",
+                       results)
 
     monkeypatch.setattr(selfcheck_module, "run_session", fake_run_session)
     return calls
 
 
-def run_selfcheck(root):
+def run_selfcheck(root, together: bool = True):
     course = load_manifest(root / "assignments" / "course.toml")
     lines: list[str] = []
-    code = selfcheck(course, [], root, root / "suites", jobs=2, echo=lines.append)
+    code = selfcheck(course, [], root, root / "suites", jobs=2, echo=lines.append,
+                     together=together)
     return code, "\n".join(lines)
 
 
@@ -165,7 +182,7 @@ def test_selfcheck_reports_every_breach(tmp_path, monkeypatch):
         "assignments": session(stub_tests(), timed_out=True, problem="ran past 600 s"),
         "mutant:toy/harmless": session(solution_tests()),
     })
-    code, output = run_selfcheck(root)
+    code, output = run_selfcheck(root, together=False)  # the stub's hang is its own
     assert code == 1
     breaches = output.split("Breaches:")[1]
     assert "toy signatures: toy.py: add: stub has `def add(a: int, b: int = 1) -> int`" in breaches
