@@ -53,6 +53,7 @@ MIN_CONSTANT_LINE_CHARS = 24
 _MESSAGE_CALLS = {"fail", "skip", "xfail", "skipif", "importorskip", "UsageError", "exit"}
 _MESSAGE_KEYWORDS = {"reason", "msg", "match", "message"}
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_WORD = re.compile(r"[A-Za-z0-9_]+")
 _INNER = r"(?:[^<>]|<[^<>]{0,24}>)*"  # a repr's text, with file names such as "<hidden>"
 _REPRS = [
     # (a repr cut short by whoever wrote the message has no closing ">": up to the next "<")
@@ -77,6 +78,7 @@ class Scrubber:
     files: frozenset[str]  # hidden files' names (test_values.py)
     names: frozenset[str]  # distinctive identifiers the hidden modules define
     constants: tuple[str, ...]  # their non-message string constants, longest first
+    vocabulary: frozenset[str] = frozenset()  # identifiers students can read anyway
 
     @functools.cached_property
     def _paths(self) -> re.Pattern[str] | None:
@@ -93,7 +95,14 @@ class Scrubber:
         if not self.names:
             return None
         alternatives = "|".join(re.escape(n) for n in sorted(self.names, key=len, reverse=True))
-        return re.compile(r"(?<![A-Za-z0-9_])(?:" + alternatives + r")(?![A-Za-z0-9_])")
+        # `_` also bounds a name: rank_probe_SECRET_SIZES hides two of them
+        return re.compile(r"(?<![A-Za-z0-9])(?:" + alternatives + r")(?![A-Za-z0-9])")
+
+    def _scrub_word(self, match: re.Match[str]) -> str:
+        word = match.group(0)
+        if word in self.vocabulary or self._names is None:
+            return word
+        return self._names.sub(HIDDEN, word)
 
     def scrub(self, text: str) -> str:
         """`text` on one line with everything that names the hidden suites replaced."""
@@ -107,8 +116,7 @@ class Scrubber:
         for constant in self.constants:
             if constant in text:
                 text = text.replace(constant, HIDDEN)
-        if self._names is not None:
-            text = self._names.sub(HIDDEN, text)
+        text = _WORD.sub(self._scrub_word, text)
         return _REPEATED_HIDDEN.sub(HIDDEN, text)
 
 
@@ -192,7 +200,8 @@ def scrubber(hidden_roots: tuple[Path, ...], sources: tuple[Path, ...] | None = 
     kept = {c for c in constants if c not in public_text and c not in vocabulary}
     return Scrubber(roots=tuple(sorted(r for r in roots if r not in ("", "."))),
                     files=frozenset(files), names=frozenset(names),
-                    constants=tuple(sorted(kept, key=len, reverse=True)))
+                    constants=tuple(sorted(kept, key=len, reverse=True)),
+                    vocabulary=vocabulary)
 
 
 def _module_names(tree: ast.Module) -> Iterable[str]:
