@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader.markdown_safe import clean
-from grader.results import clip_reason
+from grader.results import REASON_CHARS, clip_reason
 from harness.errors import NotImplementedInRank
 from harness.impl import REPO_ROOT
 
@@ -170,7 +170,9 @@ def suite_folders(hidden_roots: Sequence[Path], test_path: Path | None) -> tuple
 def _scrubbed(text: str, where: tuple[tuple[Path, ...], tuple[Path, ...]]) -> str:
     cut = len(text) > SCRUB_INPUT_CHARS
     text = scrubber(*where).scrub(text[:SCRUB_INPUT_CHARS])
-    if cut:  # the cut may have split a name the scrub then missed: drop the partial word
+    if cut and len(text) < REASON_CHARS:
+        # The cut may have split a name the scrub then missed, and the scrub made the text
+        # short enough for that end to show: drop the partial word.
         text = re.sub(r"[^\s]*$", "", text).rstrip() + " …"
     return clip_reason(text)
 
