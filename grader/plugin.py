@@ -23,15 +23,15 @@ from __future__ import annotations
 import functools
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from grader import session_setup
+from grader import reasons, session_setup
 from grader.results import NOT_GRADED_HERE, RunResult, TestResult, clip_reason
-from harness.errors import NotImplementedInRank
 from harness.impl import IMPL_HELP, REPO_ROOT, ImplSpec
 
 
@@ -235,23 +235,16 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 # -- reasons ----------------------------------------------------------------------------------
-def short_reason(excinfo: pytest.ExceptionInfo[BaseException] | None) -> tuple[str, str]:
-    """(first line of the failure, its kind: "not_implemented" | "assertion" | "error").
+def short_reason(excinfo: pytest.ExceptionInfo[BaseException] | None,
+                 hidden_roots: Sequence[Path] = (), path: Path | None = None) -> tuple[str, str]:
+    """(one line of the failure, its kind: "not_implemented" | "assertion" | "error").
 
-    Only this first line reaches students for hidden tests: never the source or the inputs.
+    Built by `grader.reasons`: the first line, scrubbed of anything naming the hidden suites
+    under `hidden_roots` (those of the test file `path`'s assignment), capped. Only this line
+    reaches students for hidden tests.
     """
-    if excinfo is None:
-        return "", "error"
-    exc = excinfo.value
-    text = str(exc).strip()
-    first = text.splitlines()[0] if text else ""
-    if isinstance(exc, NotImplementedInRank):
-        return clip_reason(first), "not_implemented"
-    if isinstance(exc, NotImplementedError):
-        return clip_reason(f"not implemented yet: {first}"), "not_implemented"
-    if isinstance(exc, AssertionError):
-        return clip_reason(first or "assertion failed"), "assertion"
-    return clip_reason(f"{type(exc).__name__}: {first}"), "error"
+    exc = excinfo.value if excinfo is not None else None
+    return reasons.failure_reason(exc, hidden_roots, path)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -268,14 +261,16 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
         if clock in _launch_clock:
             report.user_properties = [*report.user_properties, (prop, _launch_clock.pop(clock))]
     if report.failed:
-        reason, kind = short_reason(call.excinfo)
+        reason, kind = short_reason(call.excinfo, item.config.stash[STATE].hidden_roots,
+                                    Path(item.path))
         report.user_properties = [*report.user_properties, ("reason", reason),
                                   ("failure_kind", kind)]
         label = str(dict(item.user_properties).get("impl", ""))
         item.config.stash[STATE].failed.setdefault(label, report.nodeid)
     elif report.skipped and call.excinfo is not None:
         text = str(getattr(call.excinfo.value, "msg", "") or call.excinfo.value)
-        report.user_properties = [*report.user_properties, ("reason", clip_reason(text))]
+        report.user_properties = [*report.user_properties, ("reason", reasons.skip_reason(
+            text, item.config.stash[STATE].hidden_roots, Path(item.path)))]
     return report
 
 

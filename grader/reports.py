@@ -18,6 +18,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from grader import markdown_safe
 from grader.gradescope import write_results_json
 from grader.results import (
     NOT_GRADED_HERE,
@@ -54,12 +55,13 @@ def summary_markdown(
     titles = titles or {}
     assignments = run.by_assignment(tuple(titles))
     head = [f"## mlsys-labs grade: {run.score} / {run.max_score}", ""]
-    head += [f"Graded implementation: `{md_escape(run.impl)}`", ""]
+    head += [f"Graded implementation: {markdown_safe.code(run.impl, table=False)}", ""]
     if run.sandbox_summary:
         head += [f"Rank processes ran in the {md_escape(run.sandbox_summary)}", ""]
     if run.collection_errors:
         head += ["**The grader could not collect every test** (this is not your score):", ""]
-        errors = [f"- {md_escape(clip_reason(error_summary(e)))}" for e in run.collection_errors]
+        errors = [f"- {markdown_safe.code(clip_reason(error_summary(e)), table=False)}"
+                  for e in run.collection_errors]
         if len(errors) > MAX_ERRORS_SHOWN:
             hidden = len(errors) - MAX_ERRORS_SHOWN
             errors = errors[:MAX_ERRORS_SHOWN] + [f"- … and {hidden} more"]
@@ -95,9 +97,9 @@ def _test_row(test: TestResult) -> str:
     if test.passed:
         result = "✅ passed"
     elif test.not_graded_here:
-        result = f"⏭️ {md_escape(clip_reason(test.feedback))}"
+        result = f"⏭️ {markdown_safe.code(clip_reason(test.feedback))}"
     else:
-        result = f"❌ {md_escape(clip_reason(test.feedback))}"
+        result = f"❌ {markdown_safe.code(clip_reason(test.feedback))}"
     points = f"– / {test.points}" if test.not_graded_here else f"{test.score} / {test.points}"
     return f"| {md_escape(test.name)} | {_suite(test)} | {points} | {result} |\n"
 
@@ -134,21 +136,9 @@ def _fit(head: str, blocks: list[tuple[str, list[str]]], limit: int) -> str:
     return "".join(parts)
 
 
-# Inside a table cell only inline markup matters: emphasis, code, links, the cell separator.
-# (`#`, `-`, `+` mean something only at the start of a line, which a cell never is.)
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
-
-
 def md_escape(text: str) -> str:
-    """Text safe inside a Markdown table cell: one line, no HTML, no mentions, no markup."""
-    text = _one_line(text)
-    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    text = text.replace("@", "&#64;")  # no @-mentions from a student's exception message
-    return _MD_SPECIAL.sub(r"\\\1", text)
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
+    """Text safe inside a Markdown table cell or list item (`grader.markdown_safe.text`)."""
+    return markdown_safe.text(text)
 
 
 _XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")

@@ -13,6 +13,7 @@ The harness names none of its callers' modules: a caller (a pytest plugin) passe
 
 from __future__ import annotations
 
+import io
 import multiprocessing
 import multiprocessing.forkserver
 import os
@@ -150,10 +151,77 @@ def pickle_rank_function(fn: Callable) -> bytes:
                 registered.append(name)
             except ValueError:  # already registered by a concurrent caller
                 pass
-        return cloudpickle.dumps(fn)
+        global _AnonymisingPickler
+        if _AnonymisingPickler is None:
+            _AnonymisingPickler = _anonymising_pickler()
+        buffer = io.BytesIO()
+        _AnonymisingPickler(buffer, _package_folders(BY_VALUE_PACKAGES)).dump(fn)
+        return buffer.getvalue()
     finally:
         for name in registered:
             cloudpickle.unregister_pickle_by_value(sys.modules[name])
+
+
+HIDDEN_FILENAME = "<hidden>"
+
+
+def _package_folders(packages: Iterable[str]) -> tuple[str, ...]:
+    """The folders of the by-value packages (code the rank may not see), each ending in a /."""
+    folders = []
+    for name in packages:
+        module = sys.modules.get(name)
+        paths = list(getattr(module, "__path__", None) or ())
+        for path in paths:
+            folders.append(os.path.join(os.path.realpath(path), ""))
+    return tuple(folders)
+
+
+def _anonymising_pickler() -> type:
+    """cloudpickle's Pickler, but code from the by-value packages' folders travels anonymised:
+    file name `HIDDEN_FILENAME`, lines counted from the function's first, no docstring, and
+    its globals without `__file__`. A submission that walks the stack into such a frame finds
+    neither the file nor the line (it still finds the code itself: see docs/trust.md)."""
+    import cloudpickle
+    from cloudpickle import cloudpickle as internals
+
+    class Pickler(cloudpickle.Pickler):
+        def __init__(self, file: Any, folders: tuple[str, ...]) -> None:
+            self.folders = folders
+            # Read by the C pickler when it initialises: set before.
+            self.dispatch_table = {**dict(cloudpickle.Pickler.dispatch_table),
+                                   types.CodeType: self._code}
+            super().__init__(file)
+
+        def _hidden(self, code: types.CodeType) -> bool:
+            filename = code.co_filename
+            return bool(self.folders) and not filename.startswith("<") and \
+                os.path.realpath(filename).startswith(self.folders)
+
+        def _code(self, code: types.CodeType) -> Any:
+            if self._hidden(code):
+                code = code.replace(co_filename=HIDDEN_FILENAME, co_firstlineno=1)
+            return internals._code_reduce(code)
+
+        def _function_getnewargs(self, func: Any) -> Any:
+            code, base_globals, name, defaults, closure = super()._function_getnewargs(func)
+            if self._hidden(code):
+                base_globals.pop("__file__", None)
+                doc = func.__doc__
+                if isinstance(doc, str) and code.co_consts and code.co_consts[0] == doc:
+                    code = code.replace(co_consts=(None, *code.co_consts[1:]))
+            return code, base_globals, name, defaults, closure
+
+        def _dynamic_function_reduce(self, func: Any) -> Any:
+            reduced = super()._dynamic_function_reduce(func)
+            if self._hidden(func.__code__):
+                state, slots = reduced[2]
+                reduced = (*reduced[:2], (state, {**slots, "__doc__": None}), *reduced[3:])
+            return reduced
+
+    return Pickler
+
+
+_AnonymisingPickler: Any = None
 
 
 def _extend_preload(modules: Iterable[str]) -> bool:

@@ -4,7 +4,8 @@
 assignments/). Each case is graded exactly as a pull request would be — `python -m grader grade
 ring_allreduce --impl <submission> --sandbox on` in a fresh process — with canary tokens in the
 grader's environment. A case passes when the score is the one it deserves, the reason shown is
-the expected one, no canary or injected markup reaches the reports, no marker file appeared (code
+the expected one, no canary, injected markup or hidden-suite text (`not_in_reports`) reaches the
+reports, no marker file appeared (code
 that must never run did not), no process outlived the grading, and (where the case sets
 `max_parent_mb`) no process of the grading grew past that peak resident memory.
 
@@ -52,14 +53,15 @@ class Case:
     marker: str = ""
     needs_full_sandbox: bool = False
     not_in_summary: tuple[str, ...] = ()
+    not_in_reports: tuple[str, ...] = ()  # in none of results.json, summary.md, junit.xml
     max_parent_mb: int = 0  # peak RSS of any grading process (wait4's ru_maxrss); 0: unchecked
 
     @classmethod
     def load(cls, folder: Path) -> Case:
         data = tomllib.loads((folder / "case.toml").read_text())
         unknown = set(data) - {"attack", "select", "score", "suite", "reason", "marker",
-                               "needs_full_sandbox", "not_in_summary", "secret",
-                               "max_parent_mb"}
+                               "needs_full_sandbox", "not_in_summary", "not_in_reports",
+                               "secret", "max_parent_mb"}
         if unknown or not {"attack", "select", "score"} <= set(data):
             raise ValueError(f"{folder}/case.toml: needs attack, select, score; unknown keys "
                              f"{sorted(unknown)}")
@@ -71,6 +73,7 @@ class Case:
                    marker=data.get("marker", ""),
                    needs_full_sandbox=bool(data.get("needs_full_sandbox", False)),
                    not_in_summary=tuple(data.get("not_in_summary", ())),
+                   not_in_reports=tuple(data.get("not_in_reports", ())),
                    max_parent_mb=int(data.get("max_parent_mb", 0)))
 
 
@@ -238,6 +241,9 @@ def _judge(case: Case, result: CaseResult, proc: subprocess.CompletedProcess,
     for needle in case.not_in_summary:
         if needle in summary:
             result.problems.append(f"the PR comment contains injected {needle!r}")
+    for needle in case.not_in_reports:
+        if needle in everything:
+            result.problems.append(f"the reports contain {needle!r}")
     if len(summary) > 65_536:
         result.problems.append(f"the PR comment is {len(summary)} characters, over GitHub's cap")
     if result.survivors:

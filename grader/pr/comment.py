@@ -6,8 +6,8 @@ The comment job trusts nothing it downloads: `results.json` is read back by `gra
 (under its `MAX_INPUT_BYTES`, valid against `grader/schemas/results.schema.json` of the trusted
 checkout, whole numbers for every score, totals that add up); `pr-files.json` must have the
 expected shape.
-The comment is then rendered afresh from those validated values — every string Markdown-escaped
-by `grader.reports`, the whole under GitHub's 65,536-character limit — rather than posting the
+The comment is then rendered afresh from those validated values — every string made inert by
+`grader.markdown_safe`, the whole under GitHub's 65,536-character limit — rather than posting the
 `summary.md` the grading job wrote. It starts with `MARKER`, so the poster finds and updates
 the same comment on every push. `check.json` holds the check run's conclusion, title (the
 score) and summary.
@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from grader import markdown_safe
 from grader.gradescope import RESULTS_JSON, load_results_json, read_json, run_of
 from grader.gradescope import ResultsJsonError as InvalidOutput
 from grader.manifest import Course
@@ -125,7 +126,7 @@ def _assemble(body: str, tail: str, conclusion: str, title: str,
     note = ""
     if problems:
         conclusion = "failure" if conclusion != "neutral" else conclusion
-        shown = [f"- {md_escape(clip_reason(p))}" for p in problems[:5]]
+        shown = [f"- {markdown_safe.code(clip_reason(p), table=False)}" for p in problems[:5]]
         note = "\n**Problems with the grader's output:**\n\n" + "\n".join(shown) + "\n"
     comment = f"{MARKER}\n{body}{note}{tail}"
     if len(comment) > COMMENT_LIMIT:  # cannot happen with the budgets above; be certain

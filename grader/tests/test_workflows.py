@@ -4,13 +4,17 @@ A workflow cannot run here, so these tests check what can be checked statically,
 parser: permissions, pinned actions, how untrusted values reach shell scripts, the order of the
 trusted steps, and that every `python -m grader ...` line parses with the real command line.
 (actionlint itself runs in ci.yml's actionlint job: its PyPI package downloads the binary from
-GitHub when it is built, which this offline machine cannot do.)
+GitHub when it is built, which this offline machine cannot do.) zizmor, the GitHub Actions
+security analyser, ships its binary in the wheel: it runs here when installed, and in CI.
 """
 
 from __future__ import annotations
 
 import re
 import shlex
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -166,3 +170,36 @@ def test_release_ships_exactly_the_templates():
     shipped = sorted(p.name for p in TEMPLATES.iterdir())
     assert shipped == ["advisory.yml", "grade.yml"]
     assert not Path(REPO_ROOT / ".github/workflows/grade.yml").exists()
+
+
+def _zizmor() -> str | None:
+    beside = Path(sys.executable).parent / "zizmor"
+    return str(beside) if beside.is_file() else shutil.which("zizmor")
+
+
+@pytest.mark.skipif(_zizmor() is None, reason="zizmor is not installed (pip install zizmor, "
+                    "pinned in constraints.txt)")
+def test_zizmor_finds_nothing_in_the_workflows(tmp_path):
+    """Every workflow, the release templates filled both ways, passes zizmor's default audits;
+    the one intended pull_request_target trigger carries a documented suppression."""
+    folders = []
+    for variant, kwargs in (("private", {"repo": "course/suites"}), ("self", {"self_study": True})):
+        folder = tmp_path / variant / ".github" / "workflows"
+        folder.mkdir(parents=True)
+        for name in ("advisory.yml", "grade.yml"):
+            (folder / name).write_text(filled(name, **kwargs))
+        folders.append(str(folder))
+    command = [_zizmor(), "--offline", "--no-progress", str(REPO_ROOT / ".github" / "workflows"),
+               str(TEMPLATES), *folders]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "No findings to report" in done.stdout + done.stderr
+    grade = (TEMPLATES / "grade.yml").read_text()
+    assert "pull_request_target:  # zizmor: ignore[dangerous-triggers]" in grade
+
+
+def test_ci_runs_zizmor_over_the_release_workflows():
+    steps = load((REPO_ROOT / ".github/workflows/ci.yml").read_text())["jobs"]["actionlint"]
+    runs = [s.get("run", "") for s in steps["steps"]]
+    assert any(r.startswith(".venv/bin/zizmor --offline") and "release/.github/workflows" in r
+               for r in runs)

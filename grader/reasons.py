@@ -1,0 +1,286 @@
+"""The one-line reason a failing test reports, built in the grading process and scrubbed of
+whatever names the hidden suites.
+
+A hidden test's rank function runs in the submission's address space: it travels by value, and
+the submission can walk the stack to its frame and read its code object, constants, globals and
+locals (harness/forkserver.py gives that code a neutral file name and first line, so a stack
+walk shows no path or line). What it learns can come back in an exception message, or in a value
+a hidden test quotes in its own assertion message. So every reason is built here from the
+failure's first line and, before it reaches any report or progress line:
+
+- made one line without invisible characters (`grader.markdown_safe.clean`);
+- stripped of Python reprs that name code (`<code object ...>`, `<frame ...>`,
+  `<function ... at 0x...>`, `<module ... from ...>`, anything `at 0x...`);
+- stripped of paths under a hidden root, of dotted `grader.suites.*` module names and of the
+  hidden files' names, with any line number that follows them;
+- stripped of the identifiers the hidden modules define (functions, classes, module-level
+  constants, the modules themselves) that look like identifiers (with `_`, a digit or an inner
+  capital: a plain word such as `cache` names nothing) and that no public file uses;
+- stripped of the hidden modules' string constants (`MIN_CONSTANT_CHARS` or more, and each
+  line of a longer one) except those that are failure messages themselves (in an `assert`, a
+  `raise`, an f-string, `pytest.fail`/`skip`'s text), which a failing test shows anyway; short
+  ones stay, since a rank's answer ("no error") is often one of them and a reason quotes it;
+- cut to `grader.results.REASON_CHARS`.
+
+What is collected comes from the hidden suite files with `ast` (never imported here), once per
+set of hidden roots. Public vocabulary — every identifier and text of the assignments' READMEs
+and public tests and of the harness, which students can read anyway — is never scrubbed, so
+`ring_all_reduce` or "not implemented yet" keep their place in a reason. What this cannot stop
+(a message that encodes what it read, a number it quotes) is in docs/trust.md.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import functools
+import keyword
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from grader.markdown_safe import clean
+from grader.results import REASON_CHARS, clip_reason
+from harness.errors import NotImplementedInRank
+from harness.impl import REPO_ROOT
+
+HIDDEN = "<hidden>"
+SCRUB_INPUT_CHARS = 4000  # of a failure's first line: more never reaches REASON_CHARS
+MIN_CONSTANT_CHARS = 16
+MIN_CONSTANT_LINE_CHARS = 24
+# Calls whose string arguments are failure text meant for students.
+_MESSAGE_CALLS = {"fail", "skip", "xfail", "skipif", "importorskip", "UsageError", "exit"}
+_MESSAGE_KEYWORDS = {"reason", "msg", "match", "message"}
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_WORD = re.compile(r"[A-Za-z0-9_]+")
+_INNER = r"(?:[^<>]|<[^<>]{0,24}>)*"  # a repr's text, with file names such as "<hidden>"
+_REPRS = [
+    # (a repr cut short by whoever wrote the message has no closing ">": up to the next "<")
+    (re.compile(r"<code object " + _INNER + r"(?:>|(?=<)|$)"), "<code>"),
+    (re.compile(r"<frame at " + _INNER + r"(?:>|(?=<)|$)"), "<frame>"),
+    (re.compile(r"<module " + _INNER + r"(?:>|(?=<)|$)"), "<module>"),
+    (re.compile(r"<(?:function|bound method|built-in method|cell|generator|coroutine|"
+                r"traceback)\b" + _INNER + r"(?:>|(?=<)|$)"), "<object>"),
+    (re.compile(r"<[^<>]*\bat 0x[0-9A-Fa-f]+" + _INNER + r"(?:>|(?=<)|$)"), "<object>"),
+]
+_LINE_AFTER_HIDDEN = re.compile(re.escape(HIDDEN) + r"""(["']?)(?:,? line \d+|:\d+(?::\d+)?)""")
+_REPEATED_HIDDEN = re.compile(re.escape(HIDDEN) + r"(?:[./:]?" + re.escape(HIDDEN) + r")+")
+_SUITE_MODULES = re.compile(r"\bgrader\.suites(?:\.[A-Za-z0-9_]+)*")
+_PATH_TAIL = r"""[^\s'"(),;<>\[\]]*"""
+
+
+@dataclass(frozen=True)
+class Scrubber:
+    """What names the hidden suites, and `scrub()` to take it out of a reason."""
+
+    roots: tuple[str, ...]  # hidden roots, as given and resolved
+    files: frozenset[str]  # hidden files' names (test_values.py)
+    names: frozenset[str]  # distinctive identifiers the hidden modules define
+    constants: tuple[str, ...]  # their non-message string constants, longest first
+    vocabulary: frozenset[str] = frozenset()  # identifiers students can read anyway
+
+    @functools.cached_property
+    def _paths(self) -> re.Pattern[str] | None:
+        parts = [re.escape(r) + _PATH_TAIL for r in sorted(self.roots, key=len, reverse=True)]
+        parts.append(r"(?<![A-Za-z0-9_])grader[/\\]suites(?:[/\\]" + _PATH_TAIL + ")?")
+        if self.files:
+            names = "|".join(re.escape(f) for f in sorted(self.files, key=len, reverse=True))
+            parts.append(_PATH_TAIL.replace("<>", "<>:") + r"(?<![A-Za-z0-9_])(?:"
+                         + names + r")(?![A-Za-z0-9_])")
+        return re.compile("|".join(parts))
+
+    @functools.cached_property
+    def _names(self) -> re.Pattern[str] | None:
+        if not self.names:
+            return None
+        alternatives = "|".join(re.escape(n) for n in sorted(self.names, key=len, reverse=True))
+        # `_` also bounds a name: rank_probe_SECRET_SIZES hides two of them
+        return re.compile(r"(?<![A-Za-z0-9])(?:" + alternatives + r")(?![A-Za-z0-9])")
+
+    def _scrub_word(self, match: re.Match[str]) -> str:
+        word = match.group(0)
+        if word in self.vocabulary or self._names is None:
+            return word
+        return self._names.sub(HIDDEN, word)
+
+    def scrub(self, text: str) -> str:
+        """`text` on one line with everything that names the hidden suites replaced."""
+        text = clean(text)
+        for pattern, replacement in _REPRS:
+            text = pattern.sub(replacement, text)
+        if self._paths is not None:
+            text = self._paths.sub(HIDDEN, text)
+        text = _SUITE_MODULES.sub(HIDDEN, text)
+        text = _LINE_AFTER_HIDDEN.sub(HIDDEN + r"\1", text)
+        for constant in self.constants:
+            if constant in text:
+                text = text.replace(constant, HIDDEN)
+        text = _WORD.sub(self._scrub_word, text)
+        return _REPEATED_HIDDEN.sub(HIDDEN, text)
+
+
+def failure_reason(exc: BaseException | None, hidden_roots: Sequence[Path] = (),
+                   test_path: Path | None = None) -> tuple[str, str]:
+    """(the scrubbed one-line reason, its kind: "not_implemented" | "assertion" | "error").
+
+    Only this line reaches students for hidden tests: never the source, the inputs, or what a
+    submission read of the hidden code. The kind comes from the exception's class, which the
+    grading process made (a rank's own exception type is only ever text in the message).
+    """
+    if exc is None:
+        return "", "error"
+    folders = (tuple(Path(r) for r in hidden_roots), suite_folders(hidden_roots, test_path))
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else ""
+    if isinstance(exc, NotImplementedInRank):
+        return _scrubbed(first, folders), "not_implemented"
+    if isinstance(exc, NotImplementedError):
+        return _scrubbed(f"not implemented yet: {first}", folders), "not_implemented"
+    if isinstance(exc, AssertionError):
+        return _scrubbed(first or "assertion failed", folders), "assertion"
+    return _scrubbed(f"{type(exc).__name__}: {first}", folders), "error"
+
+
+def skip_reason(text: str, hidden_roots: Sequence[Path] = (),
+                test_path: Path | None = None) -> str:
+    """A skip's reason, scrubbed the same way (a hidden test may quote a rank's value)."""
+    roots = tuple(Path(r) for r in hidden_roots)
+    return _scrubbed(text, (roots, suite_folders(roots, test_path)))
+
+
+def suite_folders(hidden_roots: Sequence[Path], test_path: Path | None) -> tuple[Path, ...]:
+    """The hidden folders whose code a test's ranks can reach: its assignment's folder in each
+    hidden root (a test of `ring_allreduce`, public or hidden, runs only ring_allreduce's hidden
+    modules), plus the roots' own top-level modules; every root when the assignment is unknown.
+    """
+    roots = tuple(Path(r) for r in hidden_roots)
+    assignment = ""
+    if test_path is not None:
+        path = Path(test_path).resolve()
+        for base in (*roots, REPO_ROOT / "assignments"):
+            if path.is_relative_to(base) and len(path.relative_to(base).parts) > 1:
+                assignment = path.relative_to(base).parts[0]
+                break
+    if not assignment:
+        return roots
+    return tuple(p for r in roots for p in (r / assignment, r / "__init__.py") if p.exists())
+
+
+def _scrubbed(text: str, where: tuple[tuple[Path, ...], tuple[Path, ...]]) -> str:
+    cut = len(text) > SCRUB_INPUT_CHARS
+    text = scrubber(*where).scrub(text[:SCRUB_INPUT_CHARS])
+    if cut and len(text) < REASON_CHARS:
+        # The cut may have split a name the scrub then missed, and the scrub made the text
+        # short enough for that end to show: drop the partial word.
+        text = re.sub(r"[^\s]*$", "", text).rstrip() + " …"
+    return clip_reason(text)
+
+
+# -- what the hidden suites define ------------------------------------------------------------
+@functools.lru_cache(maxsize=8)
+def scrubber(hidden_roots: tuple[Path, ...], sources: tuple[Path, ...] | None = None) -> Scrubber:
+    """The scrubber for these hidden roots (paths under them), knowing the names and constants
+    of `sources` (folders or files; default: the roots), read with `ast`; cached."""
+    roots = {str(p) for r in hidden_roots for p in (r, r.resolve())}
+    files: set[str] = set()
+    names: set[str] = set()
+    constants: set[str] = set()
+    for source in hidden_roots if sources is None else sources:
+        for path in sorted(source.rglob("*.py")) if source.is_dir() else [source]:
+            try:
+                tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+            except (OSError, SyntaxError, ValueError):
+                continue
+            if path.name != "__init__.py":
+                files.add(path.name)
+                names.add(path.stem)
+            names.update(_module_names(tree))
+            constants.update(_data_constants(tree, names))
+    vocabulary, public_text = _public()
+    names = {n for n in names if _distinctive(n) and n not in vocabulary}
+    kept = {c for c in constants if c not in public_text and c not in vocabulary}
+    return Scrubber(roots=tuple(sorted(r for r in roots if r not in ("", "."))),
+                    files=frozenset(files), names=frozenset(names),
+                    constants=tuple(sorted(kept, key=len, reverse=True)),
+                    vocabulary=vocabulary)
+
+
+def _module_names(tree: ast.Module) -> Iterable[str]:
+    """Names assigned at module level (functions and classes are found by `_data_constants`)."""
+    for node in tree.body:
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = list(node.targets)
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+            targets = [node.target]
+        for target in targets:
+            yield from (n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+
+
+def _data_constants(tree: ast.Module, names: set[str]) -> Iterable[str]:
+    """String constants of the module that are data, not a failure message; adds the names of
+    the functions and classes it defines to `names` on the way."""
+    stack: list[tuple[ast.AST, bool]] = [(tree, False)]
+    while stack:
+        node, message = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        if isinstance(node, ast.Constant):
+            if isinstance(node.value, str) and not message:
+                yield from _pieces(node.value)
+            continue
+        if isinstance(node, (ast.JoinedStr, ast.Raise)):
+            message = True
+        elif isinstance(node, ast.Assert):
+            stack += [(node.test, message)] + ([(node.msg, True)] if node.msg else [])
+            continue
+        elif isinstance(node, ast.Call):
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            in_args = message or called in _MESSAGE_CALLS or called.endswith(
+                ("Error", "Exception"))
+            stack.append((func, message))
+            stack += [(arg, in_args) for arg in node.args]
+            stack += [(kw.value, message or kw.arg in _MESSAGE_KEYWORDS) for kw in node.keywords]
+            continue
+        stack += [(child, message) for child in ast.iter_child_nodes(node)]
+
+
+def _pieces(value: str) -> Iterable[str]:
+    whole = " ".join(value.split())
+    if len(whole) >= MIN_CONSTANT_CHARS:
+        yield whole
+    for line in value.splitlines():
+        line = " ".join(line.split())
+        if len(line) >= MIN_CONSTANT_LINE_CHARS and line != whole:
+            yield line
+
+
+def _distinctive(name: str) -> bool:
+    """A name worth hiding: identifier-shaped (`_`, digit or inner capital), not a test's name
+    (reports show those), not a dunder."""
+    if len(name) < 3 or name.startswith("test_") or (name.startswith("__")
+                                                      and name.endswith("__")):
+        return False
+    return "_" in name or any(c.isdigit() for c in name) or any(c.isupper() for c in name[1:])
+
+
+@functools.lru_cache(maxsize=1)
+def _public() -> tuple[frozenset[str], str]:
+    """Identifiers and text students can read anyway: the assignments' READMEs and public
+    tests, the harness, the grader's rank-side modules; Python's builtins and keywords."""
+    files = [*REPO_ROOT.glob("assignments/*/README.md"),
+             *REPO_ROOT.glob("assignments/*/test_*.py"),
+             *REPO_ROOT.glob("harness/*.py"),
+             REPO_ROOT / "grader" / "compare.py", REPO_ROOT / "grader" / "seeds.py",
+             REPO_ROOT / "grader" / "results.py"]
+    texts = []
+    for path in files:
+        try:
+            texts.append(path.read_text(encoding="utf-8", errors="replace"))
+        except OSError:
+            continue
+    text = "\n".join(texts)
+    words = set(_IDENTIFIER.findall(text)) | set(dir(builtins)) | set(keyword.kwlist)
+    return frozenset(words), " ".join(text.split())

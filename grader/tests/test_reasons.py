@@ -1,0 +1,155 @@
+"""Reasons built by the parent (grader/reasons.py) and hidden rank functions sent anonymised
+(harness/forkserver.py): what a stack walk in the rank finds, and what of it reaches a reason."""
+
+from __future__ import annotations
+
+import pickle
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from grader import reasons
+from grader.results import REASON_CHARS
+from harness import forkserver
+from harness.errors import NotImplementedInRank, RankFailure
+
+HIDDEN_MODULE = '''\
+"""Hidden helpers. The docstring line that must never be quoted back to a student."""
+
+SECRET_SIZES = (17, 4099)
+CASE_LABEL = "the hidden case label of the sweep"
+
+
+def rank_secret_probe(ctx, calls):
+    """Rank function whose docstring is private too."""
+    table = {"kind": "a data string long enough to be scrubbed"}
+    return [table, SECRET_SIZES]
+
+
+def test_public_name_of_a_test():
+    assert False, "a failure message that a failing test shows anyway"
+'''
+
+
+@pytest.fixture()
+def hidden_root(tmp_path) -> Path:
+    folder = tmp_path / "suites" / "toy"
+    folder.mkdir(parents=True)
+    (folder / "_secret_ranks.py").write_text(HIDDEN_MODULE)
+    return tmp_path / "suites"
+
+
+def reason(exc: BaseException, root: Path) -> str:
+    return reasons.failure_reason(exc, [root], root / "toy" / "test_x.py")[0]
+
+
+def rank_failure(message: str, exc_type: str = "ValueError") -> RankFailure:
+    return RankFailure(f"rank 0 of 2 raised {exc_type}: {message}\n--- traceback", rank=0,
+                       exc_type=exc_type, message=message, traceback="", output_tail="")
+
+
+def test_paths_names_constants_and_line_numbers_are_scrubbed(hidden_root):
+    path = hidden_root / "toy" / "_secret_ranks.py"
+    message = (f"{path}:12 in rank_secret_probe, File \"<hidden>\", line 7, SECRET_SIZES, "
+               "CASE_LABEL=the hidden case label of the sweep, a data string long enough to be "
+               "scrubbed, grader.suites.toy._secret_ranks, grader/suites/toy/x.py, "
+               "_secret_ranks.py:3")
+    text = reason(rank_failure(message), hidden_root)
+    for needle in (str(hidden_root), "rank_secret_probe", "SECRET_SIZES", "CASE_LABEL",
+                   "hidden case label", "data string", "grader.suites", "grader/suites",
+                   "_secret_ranks", "line 7", ":12", ":3"):
+        assert needle not in text, (needle, text)
+    assert text.startswith("rank 0 of 2 raised ValueError: <hidden>")
+
+
+def test_code_and_frame_reprs_are_scrubbed_even_when_cut(hidden_root):
+    def probe():
+        return sys._getframe()
+
+    frame = probe()
+    message = f"{frame.f_code!r} {frame!r} {probe!r} <frame at 0x7f00, file '<hidden>', line"
+    text = reason(rank_failure(message), hidden_root)
+    assert "0x" not in text and "file" not in text and "probe" not in text, text
+    assert "<code>" in text and "<frame>" in text
+
+
+def test_exception_class_names_are_scrubbed_too(hidden_root):
+    text = reason(rank_failure("boom", exc_type="rank_secret_probe_SECRET_SIZES"), hidden_root)
+    assert "SECRET" not in text and "rank_secret_probe" not in text
+
+
+def test_messages_words_and_public_names_survive(hidden_root):
+    kept = "a failure message that a failing test shows anyway"
+    assert reason(AssertionError(kept), hidden_root) == kept
+    plain = "ring_all_reduce(op='mean') on float32 gave no error; cache full after 3 steps"
+    assert reason(AssertionError(plain), hidden_root) == plain
+    text, kind = reasons.failure_reason(
+        NotImplementedInRank("not implemented yet: ring_all_reduce (rank 0 of 4)\n...",
+                             rank=0, exc_type="NotImplementedError", message="",
+                             traceback="", output_tail=""), [hidden_root])
+    assert (text, kind) == ("not implemented yet: ring_all_reduce (rank 0 of 4)",
+                            "not_implemented")
+    assert reasons.failure_reason(KeyError("x"), [hidden_root]) == ("KeyError: 'x'", "error")
+
+
+def test_invisible_characters_cannot_hide_a_name_from_the_scrub(hidden_root):
+    text = reason(AssertionError("rank_secret\u200b_probe SECRET\u2060_SIZES"), hidden_root)
+    assert "secret" not in text.lower(), text
+
+
+def test_reasons_are_capped_and_a_cut_name_is_dropped(hidden_root):
+    text = reason(AssertionError("x" * 5000 + " SECRET_SIZES"), hidden_root)
+    assert len(text) <= REASON_CHARS
+    long = "word " * (reasons.SCRUB_INPUT_CHARS // 5 - 1) + "rank_secret_probe"
+    assert "rank_sec" not in reason(AssertionError(long), hidden_root)
+
+
+def test_the_real_suites_keep_their_reasons():
+    root = Path(reasons.__file__).resolve().parent / "suites"
+    test = root / "ring_allreduce" / "test_errors.py"
+    message = ("ring_all_reduce(op='mean') on float32 gave no error; an unknown op must raise "
+               "ValueError (ops are case-sensitive)")
+    assert reasons.failure_reason(AssertionError(message), [root], test)[0] == message
+    walked = reasons.failure_reason(AssertionError("op_errors run_cases GAP_FILL _ranks.py"),
+                                    [root], test)[0]
+    assert walked == "<hidden> <hidden> <hidden> <hidden>"
+
+
+def test_hidden_rank_functions_travel_anonymised(hidden_root, monkeypatch):
+    """What a stack walk in the rank would read: no file, no line, no docstring, no __file__."""
+    monkeypatch.syspath_prepend(str(hidden_root.parent))
+    (hidden_root / "__init__.py").write_text("")
+    (hidden_root / "toy" / "__init__.py").write_text("")
+    monkeypatch.setattr(forkserver, "BY_VALUE_PACKAGES", ["suites"])
+    import importlib
+
+    module = importlib.import_module("suites.toy._secret_ranks")
+    try:
+        data = forkserver.pickle_rank_function(module.rank_secret_probe)
+    finally:
+        for name in [n for n in sys.modules if n == "suites" or n.startswith("suites.")]:
+            del sys.modules[name]
+    assert str(hidden_root).encode() not in data and b"docstring" not in data
+    fn = pickle.loads(data)
+    assert fn.__code__.co_filename == forkserver.HIDDEN_FILENAME
+    assert fn.__code__.co_firstlineno == 1 and fn.__doc__ is None
+    assert "__file__" not in fn.__globals__
+    assert fn(None, []) == [{"kind": "a data string long enough to be scrubbed"}, (17, 4099)]
+
+
+def test_public_rank_functions_keep_their_file(tmp_path, monkeypatch):
+    (tmp_path / "public_mod.py").write_text(textwrap.dedent('''\
+        def rank_public(ctx):
+            """Public."""
+            return 1
+        '''))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import public_mod
+
+    try:
+        fn = pickle.loads(forkserver.pickle_rank_function(public_mod.rank_public))
+    finally:
+        del sys.modules["public_mod"]
+    assert fn.__code__.co_filename.endswith("public_mod.py") and fn.__doc__ == "Public."
