@@ -119,6 +119,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "points(n): points a grading test is worth, "
                                        "e.g. @pytest.mark.points(5)")
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU; skipped with a reason on CPU")
+    config.addinivalue_line("markers", "no_tolerance: compares no value with a tolerance; "
+                                       "selfcheck's margin runs leave it out")
     session_setup.set_variation(config.getoption("seed_shift"), config.getoption("rank_threads"))
     session_setup.configure_ranks()
     texts = config.getoption("impl") or [os.environ.get("MLSYS_IMPL") or "assignments"]

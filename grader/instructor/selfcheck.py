@@ -70,7 +70,8 @@ class Job:
         shift, threads = self.variation
         if self.variation == (0, 1):
             return ()
-        return ("--seed-shift", str(shift), "--rank-threads", str(threads))
+        return ("--seed-shift", str(shift), "--rank-threads", str(threads),
+                "-m", "not no_tolerance")
 
 
 def variation_text(variation: tuple[int, int]) -> str:

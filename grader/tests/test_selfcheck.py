@@ -94,7 +94,8 @@ def test_plan_runs_solutions_then_stubs_then_margins_then_each_mutant(tmp_path):
     jobs = plan(course, [], root, root / "suites")
     assert [(j.kind, j.impl.text, j.extra_args) for j in jobs] == [
         ("solution", "solutions", ()), ("stub", "assignments", ()),
-        *[("margin", "solutions", ("--seed-shift", str(shift), "--rank-threads", str(threads)))
+        *[("margin", "solutions", ("--seed-shift", str(shift), "--rank-threads", str(threads),
+                                   "-m", "not no_tolerance"))
           for shift, threads in MARGIN_RUNS],
         ("mutant", "mutant:toy/a_bad", ()), ("mutant", "mutant:toy/b_bad", ())]
     assert jobs[0].paths == (root / "suites" / "toy",)
@@ -196,7 +197,7 @@ def test_a_solution_that_fails_or_is_close_to_its_tolerance_in_a_margin_run_is_a
         tmp_path, monkeypatch):
     root = make_course(tmp_path, mutants={"off_by_one": ""})
     shift, threads = MARGIN_RUNS[0]
-    varied = f"solutions --seed-shift {shift} --rank-threads {threads}"
+    varied = f"solutions --seed-shift {shift} --rank-threads {threads} -m not no_tolerance"
     base = solution_tests()
     failing = [entry("test_add", "failed", points=2, reason="out: differs by 3e-5"), *base[1:]]
     fake_sessions(monkeypatch, {
