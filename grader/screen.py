@@ -299,9 +299,6 @@ class _Screen(ast.NodeVisitor):
                      else "uses __builtins__", node.id)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
-        rule = _ATTRIBUTES.get(node.attr)
-        if rule:
-            self.add(node, rule, f"uses .{node.attr}", node.attr)
         dotted = self._dotted(node)
         if dotted is not None:
             found = _module_rule(dotted)
@@ -310,6 +307,9 @@ class _Screen(ast.NodeVisitor):
                 return  # the chain is reported once, at its longest screened name
             if isinstance(node.ctx, (ast.Store, ast.Del)):
                 self.add(node, "no-monkeypatching", f"assigns {dotted}", dotted)
+        rule = _ATTRIBUTES.get(node.attr)
+        if rule:
+            self.add(node, rule, f"uses .{node.attr}", node.attr)
         self.generic_visit(node)
 
     def visit_Call(self, node: ast.Call) -> None:

@@ -15,8 +15,9 @@ from grader.instructor import adversarial
 CASES = adversarial.cases()
 
 # The 22 attacks issue 11 lists, plus the honest positive control (00); 23-25: hostile results
-# (shared references, stride-0 views, deep nesting) from issue 27.
-REQUIRED = {f"{n:02d}" for n in range(26)}
+# (shared references, stride-0 views, deep nesting) from issue 27; 26-28: attacks on the
+# instruments the static screen stops (sys._getframe, getattr to a closure, __import__ ctypes).
+REQUIRED = {f"{n:02d}" for n in range(29)}
 
 
 def test_the_corpus_covers_every_listed_attack():
