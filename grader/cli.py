@@ -81,6 +81,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="run rank processes in the sandbox (harness/sandbox.py): on = as "
                        "much of it as this machine allows, reported in the results; strict = "
                        "refuse to grade without the full sandbox (default: off)")
+    grade.add_argument("--screen", choices=("on", "off"), default="on",
+                       help="the static screen (grader/screen.py): off = reported but not "
+                       "gating; instructors only, to test what lies behind it (default: on)")
     grade.add_argument("--select", default=None, metavar="EXPR",
                        help="grade only the tests whose names match this pytest -k expression")
     grade.add_argument("--no-worksheets", action="store_true",
@@ -144,7 +147,7 @@ def _grade(args: argparse.Namespace, course: Course) -> int:
         return 1
     print(f"grading {impl.argument} on {len(paths)} suite path(s) with {args.workers} "
           "worker(s)")
-    extra = ["--sandbox", args.sandbox]
+    extra = ["--sandbox", args.sandbox, "--screen", args.screen]
     if args.select:
         extra += ["-k", args.select]
     session = run_session(

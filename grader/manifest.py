@@ -44,6 +44,8 @@ class Assignment:
     provided: tuple[str, ...] = ()
     extra_editable: tuple[str, ...] = ()
     worksheet_points: int = 0  # the nbgrader worksheet (grader/worksheets/), graded apart
+    # Names or rules of the static screen this assignment allows (grader/screen.py).
+    screen_allow: tuple[str, ...] = ()
 
     @property
     def hidden_points(self) -> int:
@@ -93,6 +95,7 @@ _ASSIGNMENT_FIELDS: dict[str, tuple[type, bool]] = {
     "provided": (list, False),
     "extra_editable": (list, False),
     "worksheet_points": (int, False),
+    "screen_allow": (list, False),
 }
 
 
@@ -169,6 +172,12 @@ def _parse_assignment(
         for module in values[field]:
             if not _MODULE.match(module):
                 raise ManifestError(f"{where}.{field}: {module!r} is not a Python module name")
+    from grader.screen import known_names  # stdlib only
+
+    unknown_names = sorted(set(values["screen_allow"]) - known_names())
+    if unknown_names:
+        raise ManifestError(f"{where}.screen_allow: {unknown_names} are neither a rule of the "
+                            "static screen nor a name it screens (grader/screen.py)")
     clash = set(values["modules"]) & set(values["provided"])
     if clash:
         raise ManifestError(f"{where}.provided: {sorted(clash)} also listed in modules")

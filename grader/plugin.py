@@ -34,6 +34,9 @@ from grader import reasons, session_setup
 from grader.results import NOT_GRADED_HERE, RunResult, TestResult, clip_reason
 from harness.impl import IMPL_HELP, REPO_ROOT, ImplSpec
 
+# The static screen of the code under test, a 0-point test per assignment (grader/screen.py).
+pytest_plugins = ["grader.screen_plugin"]
+
 
 @dataclass
 class TestOutcome:

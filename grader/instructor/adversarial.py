@@ -55,13 +55,19 @@ class Case:
     not_in_summary: tuple[str, ...] = ()
     not_in_reports: tuple[str, ...] = ()  # in none of results.json, summary.md, junit.xml
     max_parent_mb: int = 0  # peak RSS of any grading process (wait4's ru_maxrss); 0: unchecked
+    # The rule the static screen (grader/screen.py) must reject the submission with; "" means
+    # the screen must let it through. Checked on the files, before grading.
+    screen: str = ""
+    # Grade with `--screen off`, to prove the defence behind the screen on its own (the screen
+    # is a first line, not a proof); otherwise the case is graded as a pull request would be.
+    behind_screen: bool = False
 
     @classmethod
     def load(cls, folder: Path) -> Case:
         data = tomllib.loads((folder / "case.toml").read_text())
         unknown = set(data) - {"attack", "select", "score", "suite", "reason", "marker",
                                "needs_full_sandbox", "not_in_summary", "not_in_reports",
-                               "secret", "max_parent_mb"}
+                               "secret", "max_parent_mb", "screen", "behind_screen"}
         if unknown or not {"attack", "select", "score"} <= set(data):
             raise ValueError(f"{folder}/case.toml: needs attack, select, score; unknown keys "
                              f"{sorted(unknown)}")
@@ -74,7 +80,9 @@ class Case:
                    needs_full_sandbox=bool(data.get("needs_full_sandbox", False)),
                    not_in_summary=tuple(data.get("not_in_summary", ())),
                    not_in_reports=tuple(data.get("not_in_reports", ())),
-                   max_parent_mb=int(data.get("max_parent_mb", 0)))
+                   max_parent_mb=int(data.get("max_parent_mb", 0)),
+                   screen=str(data.get("screen", "")),
+                   behind_screen=bool(data.get("behind_screen", False)))
 
 
 @dataclass
@@ -182,6 +190,9 @@ def run_case(case: Case, *, sandbox: str = "on") -> CaseResult:
         command = [sys.executable, "-m", "grader", "grade", ASSIGNMENT, "--impl",
                    str(submission), "--suites", str(suites), "--out", str(out), "-n", "0",
                    "--sandbox", sandbox, "--select", case.select]
+        if case.behind_screen:
+            command += ["--screen", "off"]
+        result.problems += screen_problems(case, submission)
         _become_subreaper()
         before = proctree.descendants(os.getpid())
         started = time.monotonic()
@@ -203,6 +214,24 @@ def run_case(case: Case, *, sandbox: str = "on") -> CaseResult:
         result.problems.append(f"code that must never run did: {case.marker} exists")
         Path(case.marker).unlink(missing_ok=True)
     return result
+
+
+def screen_problems(case: Case, submission: Path) -> list[str]:
+    """Breaches of the case's `screen` expectation, judged on the submission's files."""
+    from grader.manifest import load_manifest
+    from grader.screen import screen
+
+    assignment = load_manifest().get(ASSIGNMENT)
+    verdict = screen("dir", submission, ASSIGNMENT, assignment.modules + assignment.extra_editable,
+                     assignment.screen_allow, REPO_ROOT)
+    rules = {f.rule for f in verdict.findings}
+    if case.screen and case.screen not in rules:
+        return [f"the static screen must reject it with rule {case.screen}; it found "
+                f"{sorted(rules) or 'nothing'}"]
+    if not case.screen and rules:
+        return [f"the static screen rejects it ({verdict.reason()}); declare `screen` and "
+                "`behind_screen` in case.toml, or fix the screen"]
+    return []
 
 
 def _judge(case: Case, result: CaseResult, proc: subprocess.CompletedProcess,

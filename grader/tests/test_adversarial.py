@@ -15,9 +15,11 @@ from grader.instructor import adversarial
 CASES = adversarial.cases()
 
 # The 22 attacks issue 11 lists, plus the honest positive control (00); 23-25: hostile results
-# (shared references, stride-0 views, deep nesting) from issue 27; 29: a reason built from a
-# stack walk into the hidden rank function, 30: hostile Markdown in a reason (issue 27).
-REQUIRED = {f"{n:02d}" for n in range(26)} | {"29", "30"}
+# (shared references, stride-0 views, deep nesting) from issue 27; 26-28: attacks on the
+# instruments the static screen stops (sys._getframe, getattr to a closure, __import__ ctypes);
+# 29: a reason built from a stack walk into the hidden rank function, 30: hostile Markdown in a
+# reason (issue 27).
+REQUIRED = {f"{n:02d}" for n in range(31)}
 
 
 def test_the_corpus_covers_every_listed_attack():
