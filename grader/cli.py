@@ -18,6 +18,7 @@ import importlib
 import importlib.util
 import pkgutil
 import sys
+import time
 import types
 from collections.abc import Sequence
 from pathlib import Path
@@ -160,13 +161,17 @@ def _grade(args: argparse.Namespace, course: Course) -> int:
         return 1
     titles = {a.id: a.title for a in course.assignments}
     result = session.result
+    worksheet_s = 0.0
     if not (args.select or args.no_worksheets):
         from grader.worksheets.grading import with_worksheet_results
 
+        started = time.perf_counter()
         result = with_worksheet_results(result, course, args.ids, impl, args.root, suites)
+        worksheet_s = time.perf_counter() - started
     write_reports(result, args.out, titles, {"name": course.name, "version": course.version})
     print()
     print(terminal_report(result, titles))
+    print(time_breakdown(session.wall_s, dict(result.timing), worksheet_s))
     print(f"\nreports written to {args.out}/ (results.json, summary.md, junit.xml)")
     if result.collection_errors:
         print("error: some suites could not be collected (above); run pytest on them "
@@ -176,6 +181,21 @@ def _grade(args: argparse.Namespace, course: Course) -> int:
         print(f"error: the grading run itself failed: {session.problem}", file=sys.stderr)
         return 1
     return 0
+
+
+def time_breakdown(wall_s: float, timing: dict[str, float], worksheet_s: float) -> str:
+    """One line: where a grade's time went. `timing` is the plugin's (grader/plugin.py); under
+    xdist the forkserver and launch seconds are summed over the workers, which run side by
+    side, so they can add up to more than the wall time."""
+    session = timing.get("session", wall_s)
+    startup = max(wall_s - session, 0.0) + timing.get("collected", 0.0)
+    forkserver, launches = timing.get("forkserver_s", 0.0), timing.get("launch_s", 0.0)
+    total = wall_s + worksheet_s
+    outside = max(total - launches, 0.0) if total else 0.0
+    share = f"{100 * outside / total:.0f}%" if total else "-"
+    return (f"time: {total:.1f} s — start-up and collection {startup:.1f} s, forkserver "
+            f"{forkserver:.1f} s, launches {launches:.1f} s, worksheets {worksheet_s:.1f} s; "
+            f"outside launches: {share}")
 
 
 def _progress_printer():
