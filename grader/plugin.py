@@ -52,6 +52,7 @@ class TestOutcome:
     duration: float = 0.0
     margin: float | None = None  # worst observed error / tolerance of its comparisons
     margin_at: str = ""  # which comparison that was
+    exercises: tuple[str, ...] = ()  # the public names it calls (@pytest.mark.exercises)
 
     def result(self) -> TestResult:
         return TestResult(
@@ -59,7 +60,7 @@ class TestOutcome:
             visibility=self.visibility, points=self.points, outcome=self.outcome,
             reason=self.reason, not_implemented=self.not_implemented,
             not_graded_here=self.not_graded_here, duration=self.duration, margin=self.margin,
-            margin_at=self.margin_at)
+            margin_at=self.margin_at, exercises=self.exercises)
 
 
 @dataclass
@@ -124,6 +125,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU; skipped with a reason on CPU")
     config.addinivalue_line("markers", "no_tolerance: compares no value with a tolerance; "
                                        "selfcheck's margin runs leave it out")
+    config.addinivalue_line("markers", "exercises(*names): the public functions or classes of "
+                                       "the module under test that a test calls, e.g. "
+                                       "@pytest.mark.exercises(\"ring_all_reduce\")")
     session_setup.set_variation(config.getoption("seed_shift"), config.getoption("rank_threads"))
     session_setup.configure_ranks()
     texts = config.getoption("impl") or [os.environ.get("MLSYS_IMPL") or "assignments"]
@@ -218,9 +222,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             missing.append(item.nodeid)
             continue
         label, nodeid = base_nodeid(item)
+        exercised = tuple(dict.fromkeys(str(name) for marker in item.iter_markers("exercises")
+                                        for name in marker.args))
         item.user_properties.extend([("points", points or 0), ("assignment", assignment),
                                      ("visibility", visibility), ("impl", label),
-                                     ("base_nodeid", nodeid)])
+                                     ("base_nodeid", nodeid), ("exercises", exercised)])
     if missing:
         listed = "\n  ".join(missing[:20])
         raise pytest.UsageError(f"grading tests without @pytest.mark.points(n) "
@@ -317,7 +323,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if outcome is None:
         outcome = TestOutcome(nodeid=nodeid, name=nodeid.split("::", 1)[-1],
                               assignment=props["assignment"], visibility=props["visibility"],
-                              points=int(props["points"]))
+                              points=int(props["points"]),
+                              exercises=tuple(props.get("exercises", ())))
         state.tests[(label, nodeid)] = outcome
     outcome.duration += report.duration
     margin = props.get("margin")

@@ -57,6 +57,9 @@ class TestResult:
     # with a tolerance); selfcheck's margin report, never shown to students.
     margin: float | None = None
     margin_at: str = ""
+    # The public names of the module under test the test calls (@pytest.mark.exercises):
+    # selfcheck's partial-credit check holds each test to them.
+    exercises: tuple[str, ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -300,6 +303,10 @@ def _test(item: Any, where: str) -> TestResult:
         raise ResultsError(f"{where}.margin: expected a number or null, got {margin!r}")
     values["margin"] = None if margin is None else float(margin)
     values["margin_at"] = str(item.get("margin_at", ""))
+    exercises = item.get("exercises", [])
+    if not isinstance(exercises, list) or not all(isinstance(e, str) for e in exercises):
+        raise ResultsError(f"{where}.exercises: expected a list of names, got {exercises!r}")
+    values["exercises"] = tuple(exercises)
     return TestResult(**values)
 
 

@@ -84,12 +84,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         assignment, visibility = classify(Path(item.path), state.hidden_roots)
         if visibility and assignment in course.ids and assignment not in first:
             first[assignment] = index
-    gated = config.getoption("screen") == "on" and state.impl.kind != "mutant"
+    # A session of several implementations (selfcheck's) grades instructor code: screened for
+    # the report, never gated.
+    gated = (config.getoption("screen") == "on" and state.impl.kind != "mutant"
+             and not state.multi)
     for assignment, index in sorted(first.items(), key=lambda kv: -kv[1]):
         verdict = screen_impl(state.impl, course, assignment, Path(config.rootpath))
         parent = items[index].parent
         assert parent is not None
-        item = ScreenItem.from_parent(parent, name=SCREEN_TEST, verdict=verdict, gated=gated)
+        # Its own node id, never under a hidden test file: reports show node ids.
+        item = ScreenItem.from_parent(parent, name=SCREEN_TEST, verdict=verdict, gated=gated,
+                                      nodeid=f"assignments/{assignment}::{SCREEN_TEST}")
         item.user_properties.extend([("points", 0), ("assignment", assignment),
                                      ("visibility", "public")])
         items.insert(index, item)

@@ -34,6 +34,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from grader.compare import MAX_MARGIN
+from grader.instructor.partial import (
+    Variants,
+    expected_feedback,
+    feedback_breach,
+    judge_partial,
+    make_variants,
+    undeclared,
+)
 from grader.instructor.signatures import compare_files
 from grader.manifest import Assignment, Course
 from grader.reports import format_table
@@ -41,7 +49,8 @@ from grader.results import RunResult, error_summary
 from grader.runner import Session, run_session, stop_all_sessions, suite_paths
 from harness.impl import ImplSpec, resolve_impl
 
-CHECKS = ("signatures", "points", "solution", "stub", "mutants", "margins", "worksheet")
+CHECKS = ("signatures", "points", "solution", "stub", "mutants", "feedback", "partial", "margins",
+          "worksheet")
 # The solution's extra runs for the margin check: (seed shift, torch threads per rank). With the
 # graded run (0, 1) that is three draws of every input and both thread counts.
 MARGIN_RUNS: tuple[tuple[int, int], ...] = ((1, 2), (2, 1))
@@ -52,15 +61,20 @@ class Job:
     """One pytest session of the selfcheck."""
 
     assignment: str
-    kind: str  # "solution", "stub", "mutant" or "margin" (the solution, inputs varied)
+    # "solution", "stub", "mutant", "margin" (the solution, inputs varied) or "partial" (the
+    # solution with one public name stubbed: `subject`)
+    kind: str
     impl: ImplSpec
     paths: tuple[Path, ...]
     variation: tuple[int, int] = (0, 1)  # (seed shift, torch threads per rank)
+    subject: str = ""
 
     @property
     def label(self) -> str:
         if self.kind == "mutant":
             return f"{self.assignment} {self.impl.text}"
+        if self.kind == "partial":
+            return f"{self.assignment} solution with only {self.subject} stubbed"
         if self.kind == "margin":
             return f"{self.assignment} solution ({variation_text(self.variation)})"
         return f"{self.assignment} {self.kind}"
@@ -195,15 +209,22 @@ def mutant_names(assignment_id: str, root: Path) -> list[str]:
     return sorted(p.stem for p in folder.glob("*.py") if not p.stem.startswith("_"))
 
 
-def plan(course: Course, ids: list[str], root: Path, suites: Path | None) -> list[Job]:
-    """Every session to run, cheap-to-judge ones first: solutions, stubs, margins, mutants."""
+def plan(course: Course, ids: list[str], root: Path, suites: Path | None,
+         variants: dict[str, Variants] | None = None) -> list[Job]:
+    """Every implementation run: solutions, stubs, the partial-credit variants (when
+    `variants` holds them), margins, mutants."""
     jobs: list[Job] = []
-    for kind in ("solution", "stub", "margin", "mutant"):
+    for kind in ("solution", "stub", "partial", "margin", "mutant"):
         for assignment in course.select(ids):
             paths = tuple(suite_paths(assignment.id, root, suites))
             if not paths:
                 continue
-            if kind == "margin":
+            if kind == "partial":
+                found = (variants or {}).get(assignment.id)
+                if found is not None:
+                    jobs += [Job(assignment.id, "partial", resolve_impl(str(found.path(name))),
+                                 paths, subject=name) for name in found.names]
+            elif kind == "margin":
                 jobs += [Job(assignment.id, "margin", resolve_impl("solutions", root), paths,
                              variation) for variation in MARGIN_RUNS]
             elif kind == "mutant":
@@ -282,7 +303,7 @@ def selfcheck(
     started = time.perf_counter()
     assignments = course.select(ids)
     verdicts = {a.id: {c: Verdict() for c in CHECKS} for a in assignments}
-    margins = {a.id: MarginReport() for a in assignments}
+    runs = {a.id: AssignmentRuns(margins=MarginReport()) for a in assignments}
     for a in assignments:
         start = time.perf_counter()
         verdicts[a.id]["signatures"].breaches += check_signatures(a, root)
@@ -302,7 +323,22 @@ def selfcheck(
                 f"solutions/{a.id}/mutants/ has no mutant, so nothing shows the suites catch bugs"
             )
     _check_worksheets(assignments, root, suites, verdicts, echo)
-    todo = plan(course, ids, root, suites)
+    variants = {a.id: make_variants(a, root) for a in assignments
+                if suite_paths(a.id, root, suites)}
+    try:
+        return _run_sessions(course, ids, root, suites, jobs, timeout, echo, together, started,
+                             verdicts, runs, variants)
+    finally:
+        for found in variants.values():
+            found.cleanup()
+
+
+def _run_sessions(course: Course, ids: list[str], root: Path, suites: Path | None, jobs: int,
+                  timeout: float, echo: Callable[[str], None], together: bool, started: float,
+                  verdicts: dict[str, dict[str, Verdict]], runs: dict[str, AssignmentRuns],
+                  variants: dict[str, Variants]) -> int:
+    assignments = course.select(ids)
+    todo = plan(course, ids, root, suites, variants)
     sessions = batches(todo, together=together)
     echo(f"selfcheck: {len(assignments)} assignment(s), {len(todo)} implementation run(s) in "
          f"{len(sessions)} pytest session(s), {jobs} at a time")
@@ -317,22 +353,29 @@ def selfcheck(
                 for job, session in future.result():
                     done += 1
                     line = _record(job, session, verdicts[job.assignment], course,
-                                   margins[job.assignment])
+                                   runs[job.assignment], root)
                     echo(f"[{done:>{len(str(len(todo)))}}/{len(todo)}] {line}")
         except BaseException:  # Ctrl-C or SIGTERM: end the running sessions, start no more
             pool.shutdown(wait=False, cancel_futures=True)
             stop_all_sessions()
             raise
-    for aid, report in margins.items():
+    for aid, found in runs.items():
+        report = found.margins
         verdicts[aid]["margins"].breaches += report.breaches()
         if report.worst:
             verdicts[aid]["margins"].notes.append(f"{report.worst_ratio:.2f}")
+    tables = _judge_partial(runs, variants, verdicts)
     echo("")
     echo(_table(verdicts))
     echo("\nTolerance margins (observed error / tolerance, the solution over "
          f"{1 + len(MARGIN_RUNS)} runs; at most {MAX_MARGIN}):")
-    for aid, report in margins.items():
-        echo(f"  {aid}: {report.summary()}")
+    for aid, found in runs.items():
+        echo(f"  {aid}: {found.margins.summary()}")
+    echo("\nPartial credit (the solution with one public name stubbed; points of the tests that "
+         "declare it, of those that may fail with it, and lost):")
+    for aid, table in tables.items():
+        echo(f"  {aid}:")
+        echo("\n".join(f"    {line}" for line in table.splitlines()))
     breaches = [
         f"{aid} {check}: {b}"
         for aid, checks in verdicts.items()
@@ -365,12 +408,51 @@ def _check_worksheets(assignments: tuple[Assignment, ...], root: Path, suites: P
         verdict.seconds = (time.perf_counter() - start) / len(graded)
 
 
+@dataclass
+class AssignmentRuns:
+    """What the checks judged after every session has ended need of an assignment's runs."""
+
+    margins: MarginReport
+    solution: RunResult | None = None
+    partial: dict[str, RunResult | None] = field(default_factory=dict)
+
+
+def _judge_partial(runs: dict[str, AssignmentRuns], variants: dict[str, Variants],
+                   verdicts: dict[str, dict[str, Verdict]]) -> dict[str, str]:
+    """The partial-credit verdict of each assignment, and its table."""
+    tables = {}
+    for aid, found in variants.items():
+        verdict = verdicts[aid]["partial"]
+        solution = runs[aid].solution
+        if solution is not None:
+            verdict.breaches += undeclared(solution)
+        rows = [judge_partial(name, runs[aid].partial.get(name), solution,
+                              found.dependants[name]) for name in found.names]
+        for row in rows:
+            verdict.breaches += row.breaches
+        good = sum(not row.breaches for row in rows)
+        verdict.notes.append(f"{good}/{len(rows)}")
+        verdict.ran = True
+        tables[aid] = format_table(
+            ["stubbed", "declared", "may lose", "lost", "verdict"],
+            [[row.name, row.declared, row.allowed, row.lost, "ok" if not row.breaches else
+              f"✗ {len(row.breaches)}"] for row in rows])
+    return tables
+
+
 def _record(job: Job, session: Session, checks: dict[str, Verdict], course: Course,
-            margins: MarginReport) -> str:
+            runs: AssignmentRuns, root: Path) -> str:
     """Judge a finished session into the assignment's verdicts; returns a progress line."""
     if job.kind in ("solution", "margin") and session.result is not None:
-        margins.add(session.result, job.variation)
-    if job.kind == "margin":
+        runs.margins.add(session.result, job.variation)
+    if job.kind == "solution":
+        runs.solution = session.result
+    if job.kind == "partial":
+        runs.partial[job.subject] = session.result
+        breaches = [f"{job.subject}: {problem}" for problem in
+                    ([session.problem] if session.problem else [])]
+        verdict = checks["partial"]
+    elif job.kind == "margin":
         breaches = [f"with {variation_text(job.variation)}: {b}"
                     for b in judge_solution(session)]
         verdict = checks["margins"]
@@ -380,6 +462,16 @@ def _record(job: Job, session: Session, checks: dict[str, Verdict], course: Cour
         verdict = checks["mutants"]
         if caught:
             verdict.notes.append(caught)
+            feedback = checks["feedback"]
+            said = next(t.feedback for t in _graded(session.result) if not t.passed) \
+                if session.result is not None else ""
+            wanted = expected_feedback(root / "solutions" / job.assignment / "mutants" /
+                                       f"{name}.py")
+            problem = feedback_breach(name, wanted, said)
+            feedback.breaches += [problem] if problem else []
+            feedback.notes.append(name)
+            feedback.ran = True
+            feedback.sessions += 1
     else:
         breaches = judge_solution(session) if job.kind == "solution" else judge_stub(session)
         verdict = checks[job.kind]
@@ -406,6 +498,11 @@ def _table(verdicts: dict[str, dict[str, Verdict]]) -> str:
             mark = "✗" if verdict.breaches else ("✓" if verdict.ran else "-")
             if check == "margins" and verdict.ran and verdict.notes:
                 mark += f" {verdict.notes[0]}"
+            if check in ("partial", "feedback") and verdict.ran:
+                good = (verdict.sessions - len(verdict.breaches) if check == "feedback"
+                        else None)
+                mark += (f" {max(good or 0, 0)}/{verdict.sessions}" if check == "feedback"
+                         else f" {verdict.notes[-1]}" if verdict.notes else "")
             if check == "mutants" and verdict.ran:
                 mark += f" {len(verdict.notes)}/{verdict.sessions} caught"
             row.append(mark)

@@ -59,17 +59,20 @@ def load(impl):
 
 
 @pytest.mark.points(2)
+@pytest.mark.exercises("add")
 def test_add(impl):
     assert load(impl).add(2, 3) == 5, "add(2, 3) should be 5"
 
 
 @pytest.mark.points(1)
+@pytest.mark.exercises("add")
 @pytest.mark.parametrize("a", [0, 7])
 def test_zero(impl, a):
     assert load(impl).add(a) == a, "add(a) should default b to 0"
 
 
 @pytest.mark.points(0)
+@pytest.mark.exercises("add")
 def test_add_close(impl):
     import torch
 
@@ -80,6 +83,7 @@ def test_add_close(impl):
 
 
 @pytest.mark.points(4)
+@pytest.mark.exercises("add")
 @pytest.mark.gpu
 def test_on_gpu(impl):
     assert load(impl).add(1, 1) == 2
@@ -113,14 +117,15 @@ def make_course(root: Path, *, points: int = 8, stub: str = STUB, suite: str = S
 
 def entry(name: str, outcome: str = "passed", *, points: int = 1, assignment: str = "toy",
                visibility: str = "hidden", reason: str = "", not_implemented: bool = False,
-               not_graded_here: bool = False, duration: float = 0.01) -> dict[str, Any]:
+               not_graded_here: bool = False, duration: float = 0.01,
+               exercises: tuple[str, ...] = ("add",)) -> dict[str, Any]:
     """One entry of the plugin's `tests` list."""
     folder = f"assignments/{assignment}" if visibility == "public" else f"suites/{assignment}"
     return {
         "nodeid": f"{folder}/test_x.py::{name}", "name": name, "assignment": assignment,
         "visibility": visibility, "points": points, "outcome": outcome, "reason": reason,
         "not_implemented": not_implemented, "not_graded_here": not_graded_here,
-        "duration": duration,
+        "duration": duration, "exercises": list(exercises),
     }
 
 

@@ -130,6 +130,8 @@ def fake_sessions(monkeypatch, sessions: dict):
 
     def canned(impl, extra):
         key = f"{impl.text} {' '.join(extra)}".strip()
+        if impl.kind == "dir":  # a partial-credit variant: the solution with one name stubbed
+            return sessions.get("partial", sessions.get("assignments"))
         return sessions.get(key, sessions.get(impl.text))
 
     def fake_run_session(paths, impl, *, stop_first=False, **kwargs):
@@ -159,7 +161,7 @@ def run_selfcheck(root, together: bool = True):
 
 
 def test_selfcheck_passes_a_sound_course(tmp_path, monkeypatch):
-    root = make_course(tmp_path, mutants={"off_by_one": ""})
+    root = make_course(tmp_path, mutants={"off_by_one": 'FEEDBACK = "no"\n'})
     calls = fake_sessions(monkeypatch, {
         "solutions": session(solution_tests(), impl="solutions"),
         "assignments": session(stub_tests()),
@@ -167,10 +169,13 @@ def test_selfcheck_passes_a_sound_course(tmp_path, monkeypatch):
     })
     code, output = run_selfcheck(root)
     assert code == 0, output
-    assert sorted(calls) == [("assignments", False), ("mutant:toy/off_by_one", True),
-                             *[("solutions", False)] * (1 + len(MARGIN_RUNS))]
+    partial = [c for c in calls if c[0].endswith("/add")]
+    assert len(partial) == 1 and not partial[0][1]  # one variant, run to the end
+    assert sorted(c for c in calls if c not in partial) == [
+        ("assignments", False), ("mutant:toy/off_by_one", True),
+        *[("solutions", False)] * (1 + len(MARGIN_RUNS))]
     assert "mutant:toy/off_by_one: caught by suites/toy/test_x.py::test_add (no)" in output
-    assert "toy         ✓           ✓       ✓         ✓     ✓ 1/1 caught  ✓" in output
+    assert "toy         ✓           ✓       ✓         ✓     ✓ 1/1 caught  ✓ 1/1     ✓ 1/1" in output
     assert "  toy: no toleranced comparison" in output
     assert "selfcheck passed in" in output.splitlines()[-1]
 
@@ -195,7 +200,7 @@ def test_selfcheck_reports_every_breach(tmp_path, monkeypatch):
 
 def test_a_solution_that_fails_or_is_close_to_its_tolerance_in_a_margin_run_is_a_breach(
         tmp_path, monkeypatch):
-    root = make_course(tmp_path, mutants={"off_by_one": ""})
+    root = make_course(tmp_path, mutants={"off_by_one": 'FEEDBACK = "no"\n'})
     shift, threads = MARGIN_RUNS[0]
     varied = f"solutions --seed-shift {shift} --rank-threads {threads} -m not no_tolerance"
     base = solution_tests()
@@ -248,3 +253,53 @@ def test_selfcheck_end_to_end_on_a_toy_course(tmp_path):
     assert "  toy: worst 0.00 in test_toy.py::test_add_close: add(0.5, 0.25)" in output
     assert output.count("\n  - ") == 1 and "has no mutant" in output
     assert "selfcheck FAILED: 1 breach(es)" in output
+
+
+def test_a_mutant_whose_first_failure_does_not_say_its_feedback_is_a_breach(tmp_path, monkeypatch):
+    root = make_course(tmp_path, mutants={
+        "said": 'FEEDBACK = ("add(2, 3)", "should be 5")\n', "unsaid": 'FEEDBACK = "average"\n',
+        "silent": ""})
+    caught = session([entry("test_add", "failed", points=2, reason="add(2, 3) should be 5")])
+    fake_sessions(monkeypatch, {
+        "solutions": session(solution_tests(), impl="solutions"),
+        "assignments": session(stub_tests()),
+        **{f"mutant:toy/{name}": caught for name in ("said", "unsaid", "silent")},
+    })
+    code, output = run_selfcheck(root)
+    breaches = output.split("Breaches:")[1]
+    assert code == 1
+    assert ("toy feedback: mutant unsaid: the first failing test says 'add(2, 3) should be 5'; "
+            "a student with this bug must be told 'average'") in breaches
+    assert "toy feedback: mutant silent states no FEEDBACK" in breaches
+    assert "mutant said" not in breaches
+
+
+def test_partial_credit_breaches_name_the_test_that_loses_too_much_or_too_little(
+        tmp_path, monkeypatch):
+    root = make_course(tmp_path, mutants={"off_by_one": 'FEEDBACK = "no"\n'})
+    unrelated = solution_tests()
+    unrelated[1] = entry("test_zero[0]", exercises=("sub",))  # fails though it declares sub
+    declared_but_passing = [entry("test_add", points=2), *solution_tests()[1:]]
+    stubbed = [entry("test_add", "failed", points=2, reason="not implemented yet: add"),
+               entry("test_zero[0]", "failed", reason="not implemented yet: add",
+                     exercises=("sub",)),
+               *stub_tests()[2:]]
+    fake_sessions(monkeypatch, {
+        "solutions": session(unrelated, impl="solutions"),
+        "assignments": session(stub_tests()),
+        "partial": session(stubbed),
+        "mutant:toy/off_by_one": session([entry("test_add", "failed", points=2, reason="no")]),
+    })
+    code, output = run_selfcheck(root)
+    breaches = output.split("Breaches:")[1]
+    assert ("suites/toy/test_x.py::test_zero[0] loses 1 point(s) when only add is a stub, though "
+            "it exercises ['sub']") in breaches
+    fake_sessions(monkeypatch, {
+        "solutions": session(solution_tests(), impl="solutions"),
+        "assignments": session(stub_tests()),
+        "partial": session(declared_but_passing),
+        "mutant:toy/off_by_one": session([entry("test_add", "failed", points=2, reason="no")]),
+    })
+    code, output = run_selfcheck(root)
+    assert ("suites/toy/test_x.py::test_add declares it exercises add, yet passes with add "
+            "stubbed") in output
