@@ -282,4 +282,21 @@ class CommLog:
         return logged
 
 
-__all__ = ["COMMUNICATION_APIS", "P2P_APIS", "CommLog", "CommRecord", "Forbid"]
+def windows(records: Iterable[CommRecord], prefix: str = "") -> dict[str, list[CommRecord]]:
+    """One rank's log cut at its marks: label -> the records after that mark, up to the next.
+
+    Only marks whose label starts with `prefix` open a window (every mark, by default); other
+    marks stay inside the window as records. A label marked twice collects both windows.
+    E.g. `windows(result.comm[r], "step ")["step 2"]` is what rank r did in step 2.
+    """
+    out: dict[str, list[CommRecord]] = {}
+    current: list[CommRecord] | None = None
+    for record in records:
+        if record.op == "mark" and record.label.startswith(prefix):
+            current = out.setdefault(record.label, [])
+        elif current is not None:
+            current.append(record)
+    return out
+
+
+__all__ = ["COMMUNICATION_APIS", "P2P_APIS", "CommLog", "CommRecord", "Forbid", "windows"]

@@ -15,67 +15,78 @@ import torch
 
 from grader.compare import assert_close
 from grader.seeds import seeded_generator
+from harness.cases import case_value, run_cases
 
 
 def rank_allocator_basics(ctx):
-    """Runs in the rank: a few short scenarios, each returning what the allocator reported."""
+    """Runs in the rank: a few short scenarios, each returning what the allocator reported.
+
+    Each scenario runs in its own error scope (harness.cases): one that raises, a stub
+    included, fails only the tests that read it."""
     mod = ctx.impl_module("paged_kv", "allocator")
-    out = {}
 
-    alloc = mod.BlockAllocator(8, 4)
-    table = alloc.allocate(0, 6)
-    out["basic"] = {"table": table, "free": alloc.num_free_blocks,
-                    "slots": alloc.slot_mapping(0),
-                    "appended": [alloc.append_slot(0) for _ in range(3)],
-                    "table_after": alloc.block_table(0), "len_after": alloc.seq_len(0)}
-    alloc.free(0)
-    out["basic"]["free_after"] = alloc.num_free_blocks
+    def basic():
+        alloc = mod.BlockAllocator(8, 4)
+        table = alloc.allocate(0, 6)
+        out = {"table": table, "free": alloc.num_free_blocks, "slots": alloc.slot_mapping(0),
+               "appended": [alloc.append_slot(0) for _ in range(3)],
+               "table_after": alloc.block_table(0), "len_after": alloc.seq_len(0)}
+        alloc.free(0)
+        out["free_after"] = alloc.num_free_blocks
+        return out
 
-    errors = {}
-    for name, call in (("append unknown", lambda: alloc.append_slot(9)),
-                       ("free unknown", lambda: alloc.free(9)),
-                       ("block_table unknown", lambda: alloc.block_table(9)),
-                       ("fork unknown parent", lambda: alloc.fork(9, 10)),
-                       ("negative count", lambda: alloc.allocate(5, -1))):
-        errors[name] = _error_name(mod, call)
-    alloc.allocate(1, 2)
-    errors["existing id"] = _error_name(mod, lambda: alloc.allocate(1, 2))
-    errors["fork onto existing"] = _error_name(mod, lambda: alloc.fork(1, 1))
-    out["errors"] = errors
+    def errors():
+        alloc = mod.BlockAllocator(8, 4)
+        found = {}
+        for name, call in (("append unknown", lambda: alloc.append_slot(9)),
+                           ("free unknown", lambda: alloc.free(9)),
+                           ("block_table unknown", lambda: alloc.block_table(9)),
+                           ("fork unknown parent", lambda: alloc.fork(9, 10)),
+                           ("negative count", lambda: alloc.allocate(5, -1))):
+            found[name] = _error_name(mod, call)
+        alloc.allocate(1, 2)
+        found["existing id"] = _error_name(mod, lambda: alloc.allocate(1, 2))
+        found["fork onto existing"] = _error_name(mod, lambda: alloc.fork(1, 1))
+        return found
 
-    alloc = mod.BlockAllocator(8, 4)
-    parent = alloc.allocate(0, 6)
-    free_before = alloc.num_free_blocks
-    alloc.fork(0, 1)
-    fork = {"parent": parent, "child": alloc.block_table(1), "free_before": free_before,
-            "free_after_fork": alloc.num_free_blocks, "copies_after_fork": alloc.pop_copies()}
-    fork["child_slot"] = alloc.append_slot(1)
-    fork["child_table"] = alloc.block_table(1)
-    fork["copies"] = alloc.pop_copies()
-    fork["parent_slot"] = alloc.append_slot(0)
-    fork["parent_table"] = alloc.block_table(0)
-    fork["copies_after_parent"] = alloc.pop_copies()
-    alloc.free(0)
-    alloc.free(1)
-    fork["free_at_end"] = alloc.num_free_blocks
-    out["fork"] = fork
+    def fork():
+        alloc = mod.BlockAllocator(8, 4)
+        parent = alloc.allocate(0, 6)
+        free_before = alloc.num_free_blocks
+        alloc.fork(0, 1)
+        out = {"parent": parent, "child": alloc.block_table(1), "free_before": free_before,
+               "free_after_fork": alloc.num_free_blocks, "copies_after_fork": alloc.pop_copies()}
+        out["child_slot"] = alloc.append_slot(1)
+        out["child_table"] = alloc.block_table(1)
+        out["copies"] = alloc.pop_copies()
+        out["parent_slot"] = alloc.append_slot(0)
+        out["parent_table"] = alloc.block_table(0)
+        out["copies_after_parent"] = alloc.pop_copies()
+        alloc.free(0)
+        alloc.free(1)
+        out["free_at_end"] = alloc.num_free_blocks
+        return out
 
-    alloc = mod.BlockAllocator(4, 2)
-    alloc.allocate(0, 5)
-    exhaust = {"error": _error_name(mod, lambda: alloc.allocate(1, 3)),
+    def exhaust():
+        alloc = mod.BlockAllocator(4, 2)
+        alloc.allocate(0, 5)
+        out = {"error": _error_name(mod, lambda: alloc.allocate(1, 3)),
                "free_after_failure": alloc.num_free_blocks,
                "created_anyway": _error_name(mod, lambda: alloc.block_table(1)) != "KeyError",
                "can_allocate_3": alloc.can_allocate(3)}
-    alloc.free(0)
-    exhaust["retry"] = alloc.allocate(1, 3)
-    out["exhaust"] = exhaust
+        alloc.free(0)
+        out["retry"] = alloc.allocate(1, 3)
+        return out
 
-    alloc = mod.PrefixCachingAllocator(16, 4)
-    prompt = list(range(100, 110))
-    out["prefix"] = {"first": alloc.allocate_prompt(0, prompt),
-                     "second": alloc.allocate_prompt(1, prompt),
-                     "other": alloc.allocate_prompt(2, [7] + prompt[1:])}
-    return out
+    def prefix():
+        alloc = mod.PrefixCachingAllocator(16, 4)
+        prompt = list(range(100, 110))
+        return {"first": alloc.allocate_prompt(0, prompt),
+                "second": alloc.allocate_prompt(1, prompt),
+                "other": alloc.allocate_prompt(2, [7] + prompt[1:])}
+
+    return run_cases(ctx, [("basic", basic), ("errors", errors), ("fork", fork),
+                           ("exhaust", exhaust), ("prefix", prefix)])
 
 
 def _error_name(mod, call) -> str | None:
@@ -92,12 +103,15 @@ def _error_name(mod, call) -> str | None:
 
 @pytest.fixture(scope="module")
 def basics(launch):
-    return launch(rank_allocator_basics, world_size=1, timeout=60).values[0]
+    outcomes = launch(rank_allocator_basics, world_size=1, timeout=60).values[0]
+    return {name: lambda name=name: case_value(outcomes[name], f"the {name!r} scenario")
+            for name in outcomes}
 
 
+@pytest.mark.exercises("BlockAllocator")
 @pytest.mark.points(4)
 def test_allocate_append_free(basics):
-    got = basics["basic"]
+    got = basics["basic"]()
     table = got["table"]
     assert len(table) == 2 and len(set(table)) == 2, (
         f"allocate(0, 6) with block_size 4 returned {table}; expected 2 distinct blocks")
@@ -115,6 +129,7 @@ def test_allocate_append_free(basics):
     assert got["free_after"] == 8, f"{got['free_after']} of 8 blocks free after free(0)"
 
 
+@pytest.mark.exercises("BlockAllocator")
 @pytest.mark.points(3)
 def test_errors(basics):
     expected = {"append unknown": "KeyError", "free unknown": "KeyError",
@@ -122,13 +137,14 @@ def test_errors(basics):
                 "negative count": "ValueError", "existing id": "ValueError",
                 "fork onto existing": "ValueError"}
     for case, error in expected.items():
-        got = basics["errors"][case]
+        got = basics["errors"]()[case]
         assert got == error, f"{case}: expected {error}, got {got or 'no exception'}"
 
 
+@pytest.mark.exercises("BlockAllocator")
 @pytest.mark.points(4)
 def test_fork_and_copy_on_write(basics):
-    got = basics["fork"]
+    got = basics["fork"]()
     parent = got["parent"]
     assert got["child"] == parent, f"the forked child's table {got['child']} != parent's {parent}"
     assert got["free_after_fork"] == got["free_before"] and not got["copies_after_fork"], (
@@ -147,9 +163,10 @@ def test_fork_and_copy_on_write(basics):
     assert got["free_at_end"] == 8, f"{got['free_at_end']} of 8 blocks free at the end"
 
 
+@pytest.mark.exercises("BlockAllocator")
 @pytest.mark.points(3)
 def test_exhaustion_is_atomic(basics):
-    got = basics["exhaust"]
+    got = basics["exhaust"]()
     assert got["error"] == "OutOfBlocks", (
         f"allocate needing 2 blocks with 1 free raised {got['error'] or 'nothing'}, expected "
         f"OutOfBlocks")
@@ -159,9 +176,10 @@ def test_exhaustion_is_atomic(basics):
     assert len(got["retry"]) == 2, "the same request must succeed after a free"
 
 
+@pytest.mark.exercises("PrefixCachingAllocator")
 @pytest.mark.points(3)
 def test_prefix_cache_hit(basics):
-    got = basics["prefix"]
+    got = basics["prefix"]()
     table0, cached0 = got["first"]
     table1, cached1 = got["second"]
     assert cached0 == 0 and len(table0) == 3, (
@@ -186,6 +204,7 @@ def rank_attention(ctx, q, k, v, block_size, num_blocks, table):
     return cache.paged_attention(q, k_cache, v_cache, tables, torch.tensor([k.shape[0]]))
 
 
+@pytest.mark.exercises("write_kv", "paged_attention")
 @pytest.mark.points(3)
 def test_write_kv_and_paged_attention(launch):
     gen = seeded_generator(0)

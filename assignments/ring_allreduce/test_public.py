@@ -64,6 +64,7 @@ def rank_reduce_scatter_all_gather(ctx, numel):
 
 # ---- tests ----------------------------------------------------------------------------------
 
+@pytest.mark.exercises("chunk_bounds")
 @pytest.mark.points(4)
 def test_chunk_bounds(launch):
     pairs = [(10, 4), (8, 4), (3, 4), (0, 2), (7, 1)]
@@ -75,6 +76,7 @@ def test_chunk_bounds(launch):
                         "differ by at most one and the first numel % world_size are larger")
 
 
+@pytest.mark.exercises("ring_shift")
 @pytest.mark.points(4)
 def test_ring_shift_three_ranks_large_message(launch):
     """4 MiB per rank on 3 ranks: sends really block, so a wrong order deadlocks here."""
@@ -94,8 +96,9 @@ def test_ring_shift_three_ranks_large_message(launch):
                      hint=f"rank {rank} must receive from rank {source}")
 
 
+@pytest.mark.exercises("ring_all_reduce")
 @pytest.mark.points(2)
-@pytest.mark.parametrize("world_size", [2, 4])
+@pytest.mark.parametrize("world_size", [2, 4], ids="world_size={}".format)
 def test_ring_all_reduce_sum(launch, world_size):
     numel = 10  # not a multiple of 4: chunks of different sizes
     result = launch(rank_all_reduce, world_size, args=(numel, "sum"), forbid=P2P_ONLY,
@@ -109,6 +112,7 @@ def test_ring_all_reduce_sum(launch, world_size):
                           "is written into `tensor` itself")
 
 
+@pytest.mark.exercises("ring_reduce_scatter", "ring_all_gather")
 @pytest.mark.points(3)
 def test_ring_reduce_scatter_and_all_gather(launch):
     world_size, numel = 4, 10
@@ -127,8 +131,9 @@ def test_ring_reduce_scatter_and_all_gather(launch):
                      hint="each chunk comes from the rank that owns it")
 
 
+@pytest.mark.exercises("ring_all_reduce")
 @pytest.mark.points(1)
-@pytest.mark.parametrize("op", ["avg", "max"])
+@pytest.mark.parametrize("op", ["avg", "max"], ids="op={}".format)
 def test_ring_all_reduce_avg_and_max(launch, op):
     world_size, numel = 3, 7
     result = launch(rank_all_reduce, world_size, args=(numel, op), forbid=P2P_ONLY,
@@ -141,6 +146,7 @@ def test_ring_all_reduce_avg_and_max(launch, op):
                      hint="divide by N exactly once" if op == "avg" else "")
 
 
+@pytest.mark.exercises("ring_all_reduce")
 @pytest.mark.points(3)
 def test_ring_all_reduce_cost(launch):
     """2(N-1) messages per rank, all to the successor, at most 2·ceil(D/N)·(N-1) elements."""

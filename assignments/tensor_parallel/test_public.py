@@ -17,6 +17,7 @@ from torch import nn
 
 from grader.compare import assert_close
 from grader.seeds import seeded_generator, shifted
+from harness.cases import case_values, run_cases
 
 WORLD = 2
 DTYPE = torch.float64
@@ -129,14 +130,10 @@ def rank_public(ctx, data: dict) -> dict:
         (loss * data["loss_weight"]).sum().backward()
         return {"loss": loss.detach(), "grad": logits.grad}
 
-    out = {}
-    for name, part in (("f_and_g", f_and_g), ("column", column), ("row", row), ("mlp", mlp),
-                       ("cross_entropy", cross_entropy)):
-        try:
-            out[name] = {"value": part()}
-        except NotImplementedError as exc:  # this part is still a stub; the others still run
-            out[name] = {"not_implemented": str(exc)}
-    return out
+    # Each part in its own error scope: a part that raises (a stub, a bug) fails only the
+    # tests that read it; the others still run.
+    return run_cases(ctx, [("f_and_g", f_and_g), ("column", column), ("row", row),
+                           ("mlp", mlp), ("cross_entropy", cross_entropy)])
 
 
 @pytest.fixture(scope="module")
@@ -149,12 +146,8 @@ def run(launch):
 
 
 def values(run, name: str) -> list[dict]:
-    out = []
-    for value in run.values:
-        if "not_implemented" in value[name]:
-            raise NotImplementedError(value[name]["not_implemented"])
-        out.append(value[name]["value"])
-    return out
+    """Every rank's value of part `name`, or what the part raised, raised here."""
+    return case_values(run.values, name)
 
 
 def where(rank: int) -> str:
@@ -163,6 +156,7 @@ def where(rank: int) -> str:
 
 # ---- tests ---------------------------------------------------------------------------------------
 
+@pytest.mark.exercises("copy_to_parallel_region", "reduce_from_parallel_region")
 @pytest.mark.points(4)
 def test_f_and_g(run):
     for r, v in enumerate(values(run, "f_and_g")):
@@ -179,6 +173,7 @@ def test_f_and_g(run):
                      hint="g's backward is the identity")
 
 
+@pytest.mark.exercises("ColumnParallelLinear")
 @pytest.mark.points(4)
 def test_column_parallel_linear(run):
     e = EXPECTED_COLUMN
@@ -193,6 +188,7 @@ def test_column_parallel_linear(run):
                      what=f"{where(r)} ColumnParallelLinear bias grad")
 
 
+@pytest.mark.exercises("RowParallelLinear")
 @pytest.mark.points(4)
 def test_row_parallel_linear(run):
     e = EXPECTED_ROW
@@ -208,6 +204,7 @@ def test_row_parallel_linear(run):
                      what=f"{where(r)} RowParallelLinear bias grad")
 
 
+@pytest.mark.exercises("ParallelMLP")
 @pytest.mark.points(4)
 def test_parallel_mlp_values_and_communication(run):
     e = EXPECTED_MLP
@@ -227,6 +224,7 @@ def test_parallel_mlp_values_and_communication(run):
                 f"the budget is exactly {budget[0]}: one all-reduce of batch*seq*hidden")
 
 
+@pytest.mark.exercises("vocab_parallel_cross_entropy")
 @pytest.mark.points(4)
 def test_vocab_parallel_cross_entropy(run):
     for r, v in enumerate(values(run, "cross_entropy")):

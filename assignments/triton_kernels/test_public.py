@@ -15,6 +15,7 @@ import torch
 
 from grader.compare import assert_close
 from grader.seeds import seeded_generator
+from harness.cases import case_value, run_cases
 from harness.compute_guard import ComputeGuard
 
 INTERPRET_ENV = {"TRITON_INTERPRET": "1"}
@@ -74,25 +75,20 @@ CALLS = [  # (label, function, input key, kwargs)
 
 
 def rank_run_all(ctx, inputs):
-    """Every call under the compute guard; exceptions are reported per call."""
+    """Every call under the compute guard, each in its own error scope (harness.cases): one
+    wrapper that raises fails only the tests of that call."""
     kernels = ctx.impl_module("triton_kernels", "kernels")
-    results = {}
-    for label, function, key, kwargs in CALLS:
-        args = inputs[key]
+
+    def run(function, args, kwargs):
         before = [a.clone() for a in args]
         guard = ComputeGuard(function, strict=False)
-        entry = {"out": None, "error": "", "not_implemented": False}
-        try:
-            with guard:
-                entry["out"] = getattr(kernels, function)(*args, **kwargs)
-        except NotImplementedError as exc:
-            entry.update(error=str(exc), not_implemented=True)
-        except Exception as exc:  # noqa: BLE001 - reported to the test
-            entry["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
-        entry["guard"] = guard.message()
-        entry["inputs_changed"] = not all(torch.equal(a, b) for a, b in zip(before, args))
-        results[label] = entry
-    return results
+        with guard:
+            out = getattr(kernels, function)(*args, **kwargs)
+        return {"out": out, "guard": guard.message(),
+                "inputs_changed": not all(torch.equal(a, b) for a, b in zip(before, args))}
+
+    return run_cases(ctx, [(label, lambda f=function, k=key, kw=kwargs: run(f, inputs[k], kw))
+                           for label, function, key, kwargs in CALLS])
 
 
 # -- tests -------------------------------------------------------------------------------------
@@ -107,23 +103,30 @@ def results(launch, inputs):
                   timeout=300).values[0]
 
 
+def entry(results, label):
+    """What the call `label` returned, or what it raised, raised here."""
+    function = next(f for name, f, *_ in CALLS if name == label)
+    return case_value(results[label], f"{function} ({label})")
+
+
 def output(results, label):
-    entry = results[label]
-    if entry["not_implemented"]:
-        raise NotImplementedError(entry["error"])
-    assert not entry["error"], f"{label}: raised {entry['error']}"
-    assert not entry["guard"], f"{label}: {entry['guard']}"
-    return entry["out"]
+    got = entry(results, label)
+    assert not got["guard"], f"{label}: {got['guard']}"
+    return got["out"]
 
 
-@pytest.mark.points(2)
-def test_wrappers_launch_kernels_and_keep_inputs(results):
-    for label, *_ in CALLS:
+@pytest.mark.points(1)
+@pytest.mark.parametrize("function", [
+    pytest.param(name, marks=pytest.mark.exercises(name), id=f"function={name}")
+    for name in ("softmax", "rms_norm", "flash_attention", "paged_attention_decode")])
+def test_wrappers_launch_kernels_and_keep_inputs(results, function):
+    for label, *_ in (call for call in CALLS if call[1] == function):
         output(results, label)
-        assert not results[label]["inputs_changed"], (
+        assert not entry(results, label)["inputs_changed"], (
             f"{label}: the wrapper modified an input; inputs are read-only")
 
 
+@pytest.mark.exercises("softmax")
 @pytest.mark.points(2)
 def test_softmax_width_200(results, inputs):
     (x,) = inputs["softmax"]
@@ -132,6 +135,7 @@ def test_softmax_width_200(results, inputs):
                  hint="do the padded columns of the block load as -inf?")
 
 
+@pytest.mark.exercises("softmax")
 @pytest.mark.points(2)
 def test_softmax_large_values(results, inputs):
     (x,) = inputs["softmax_large"]
@@ -140,6 +144,7 @@ def test_softmax_large_values(results, inputs):
                  hint="subtract the row max before exp (README §3)")
 
 
+@pytest.mark.exercises("rms_norm")
 @pytest.mark.points(3)
 def test_rms_norm_width_90(results, inputs):
     x, w = inputs["rms_norm"]
@@ -149,7 +154,8 @@ def test_rms_norm_width_90(results, inputs):
                  hint="divide the sum of squares by 90, not by the block size")
 
 
-@pytest.mark.points(4)
+@pytest.mark.exercises("flash_attention")
+@pytest.mark.points(3)
 def test_flash_attention_out_and_lse(results, inputs):
     out, lse = output(results, "attention")
     ref_out, ref_lse = attention_ref(*inputs["attention"], causal=False)
@@ -159,7 +165,8 @@ def test_flash_attention_out_and_lse(results, inputs):
                  hint="lse = max + log(sum), natural log, float32")
 
 
-@pytest.mark.points(3)
+@pytest.mark.exercises("flash_attention")
+@pytest.mark.points(2)
 def test_flash_attention_causal(results, inputs):
     out, lse = output(results, "attention_causal")
     ref_out, ref_lse = attention_ref(*inputs["attention"], causal=True)
@@ -168,6 +175,7 @@ def test_flash_attention_causal(results, inputs):
     assert_close(lse, ref_lse, what="flash_attention(causal, q [1, 2, 37, 16]): lse")
 
 
+@pytest.mark.exercises("paged_attention_decode")
 @pytest.mark.points(4)
 def test_paged_attention_decode(results, inputs):
     assert_close(output(results, "paged"), paged_ref(*inputs["paged"]),

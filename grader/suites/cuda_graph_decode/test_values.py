@@ -46,7 +46,7 @@ def runs(launch):
 
 
 @pytest.mark.points(2)
-@pytest.mark.parametrize("size", FIRST_SIZES)
+@pytest.mark.parametrize("size", FIRST_SIZES, ids="batch_size={}".format)
 def test_batch_size_matches_eager(runs, size):
     spec, run, ref = runs("long")
     assert_step_logits(run, ref, spec, FIRST_SIZES.index(size), hint=PADDING_HINT)

@@ -69,21 +69,25 @@ def _judge(traces, name: str) -> None:
     judge_trace(config, ops, traces[name])
 
 
+@pytest.mark.exercises("BlockAllocator")
 @pytest.mark.points(3)
 def test_new_block_exactly_when_the_last_is_full(traces):
     _judge(traces, "boundary")
 
 
+@pytest.mark.exercises("BlockAllocator")
 @pytest.mark.points(3)
 def test_errors_for_unknown_and_existing_ids_and_negative_counts(traces):
     _judge(traces, "errors")
 
 
+@pytest.mark.exercises("BlockAllocator")
 @pytest.mark.points(3)
 def test_exhaustion_is_atomic_and_recovers_after_free(traces):
     _judge(traces, "exhaustion")
 
 
+@pytest.mark.exercises("BlockAllocator")
 @pytest.mark.points(3)
 def test_fork_shares_blocks_and_free_keeps_what_others_hold(traces):
     _judge(traces, "fork")

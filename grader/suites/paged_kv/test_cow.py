@@ -107,11 +107,13 @@ def _check(results, name: str) -> None:
                     f"pop_copies with copy_blocks before write_kv, and copy both caches")
 
 
+@pytest.mark.exercises("BlockAllocator", "write_kv", "copy_blocks")
 @pytest.mark.points(4)
 def test_child_writes_never_show_in_the_parent(results):
     _check(results, "child_private")
 
 
+@pytest.mark.exercises("BlockAllocator", "write_kv", "copy_blocks")
 @pytest.mark.points(4)
 def test_three_way_fork_with_frees_keeps_every_history(results):
     _check(results, "three_way")

@@ -68,11 +68,13 @@ def _compare(generated, name: str) -> None:
                 f"  paged:      {mine}\n  contiguous: {tokens}")
 
 
+@pytest.mark.exercises("BlockAllocator", "write_kv", "copy_blocks", "paged_attention")
 @pytest.mark.points(4)
 def test_batched_greedy_decoding_matches_a_contiguous_cache(generated):
     _compare(generated, "batch")
 
 
+@pytest.mark.exercises("BlockAllocator", "write_kv", "copy_blocks", "paged_attention")
 @pytest.mark.points(4)
 def test_parallel_sampling_with_forks_matches_a_contiguous_cache(generated):
     _compare(generated, "forks")

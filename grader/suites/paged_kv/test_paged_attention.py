@@ -12,13 +12,16 @@ import torch
 
 from grader.compare import assert_close
 from grader.seeds import seeded_generator
+from harness.cases import case_value, run_cases
 
 
 def rank_attention(ctx, cases):
+    """Each case in its own error scope: a crash in one configuration fails only its test."""
     cache = ctx.impl_module("paged_kv", "cache")
-    return {name: cache.paged_attention(c["q"], c["k_cache"], c["v_cache"], c["tables"],
-                                        c["lens"], c.get("scale"))
-            for name, c in cases.items()}
+    return run_cases(ctx, [
+        (name, lambda c=c: cache.paged_attention(c["q"], c["k_cache"], c["v_cache"], c["tables"],
+                                                 c["lens"], c.get("scale")))
+        for name, c in cases.items()])
 
 
 def rank_count_ops(ctx, cases):
@@ -111,33 +114,39 @@ def outputs(launch):
 
 
 def _check(outputs, name: str, hint: str) -> None:
-    assert_close(outputs[name], dense_attention(CASES[name]), dtype=CASES[name]["q"].dtype,
+    got = case_value(outputs[name], f"paged_attention ({name} case)")
+    assert_close(got, dense_attention(CASES[name]), dtype=CASES[name]["q"].dtype,
                  what=f"paged_attention output ({name} case)", hint=hint)
 
 
+@pytest.mark.exercises("paged_attention")
 @pytest.mark.points(4)
 def test_matches_dense_attention_random_lengths(outputs):
     _check(outputs, "random", "mask every position >= context_lens[b], including the rest of "
                               "the last block, and ignore -1 table entries")
 
 
+@pytest.mark.exercises("paged_attention")
 @pytest.mark.points(2)
 def test_lengths_one_and_exact_block_boundaries_with_a_scale(outputs):
     _check(outputs, "boundaries", "positions 0 .. context_lens[b] - 1 are attended; use the "
                                   "given scale")
 
 
+@pytest.mark.exercises("paged_attention")
 @pytest.mark.points(2)
 def test_block_size_one(outputs):
     _check(outputs, "block_size_one", "slot = table[p // block_size] * block_size + "
                                       "p % block_size")
 
 
+@pytest.mark.exercises("paged_attention")
 @pytest.mark.points(2)
 def test_grouped_query_attention(outputs):
     _check(outputs, "gqa", "query head h reads KV head h // (num_heads // kv_heads)")
 
 
+@pytest.mark.exercises("paged_attention")
 @pytest.mark.points(2)
 def test_no_python_loop_over_tokens(launch):
     counts = launch(rank_count_ops, world_size=1, args=(COUNT_CASES,), timeout=60).values[0]

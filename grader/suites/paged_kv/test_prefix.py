@@ -88,16 +88,19 @@ def _judge(traces, name: str) -> None:
     judge_trace(config, ops, traces[name])
 
 
+@pytest.mark.exercises("PrefixCachingAllocator")
 @pytest.mark.points(4)
 def test_hits_only_on_whole_matching_prefixes(traces):
     _judge(traces, "hits")
 
 
+@pytest.mark.exercises("PrefixCachingAllocator")
 @pytest.mark.points(3)
 def test_partial_blocks_are_not_reused_and_one_token_is_left(traces):
     _judge(traces, "partial")
 
 
+@pytest.mark.exercises("PrefixCachingAllocator")
 @pytest.mark.points(5)
 def test_eviction_uncached_first_then_least_recently_used(traces):
     _judge(traces, "lru")
@@ -136,6 +139,7 @@ def forged(launch):
                   timeout=60).values[0]
 
 
+@pytest.mark.exercises("PrefixCachingAllocator")
 @pytest.mark.points(3)
 def test_forged_hash_collision_is_not_a_hit(forged):
     table_a, _ = forged["a"]
@@ -184,6 +188,7 @@ def shared(launch):
                   args=(REQUESTS, SHARED_PROMPT, BLOCK, POOL), timeout=60).values[0]
 
 
+@pytest.mark.exercises("PrefixCachingAllocator")
 @pytest.mark.points(3)
 def test_hundred_requests_share_one_copy_of_the_prompt(shared):
     prompt_blocks = SHARED_PROMPT // BLOCK

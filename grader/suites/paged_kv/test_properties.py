@@ -44,31 +44,37 @@ def _judge(runs, name: str) -> None:
     judge_all(CONFIGS[name], sequences, traces)
 
 
+@pytest.mark.exercises("BlockAllocator")
 @pytest.mark.points(4)
 def test_random_sequences_block_size_one(runs):
     _judge(runs, "tokens_are_blocks")
 
 
+@pytest.mark.exercises("BlockAllocator")
 @pytest.mark.points(4)
 def test_random_sequences_with_forks_and_copy_on_write(runs):
     _judge(runs, "forks")
 
 
+@pytest.mark.exercises("BlockAllocator")
 @pytest.mark.points(4)
 def test_random_sequences_in_a_three_block_pool(runs):
     _judge(runs, "tiny_pool")
 
 
+@pytest.mark.exercises("PrefixCachingAllocator")
 @pytest.mark.points(2)
 def test_random_prefix_cache_sequences(runs):
     _judge(runs, "prefix")
 
 
+@pytest.mark.exercises("PrefixCachingAllocator")
 @pytest.mark.points(1)
 def test_random_prefix_cache_sequences_roomy_pool(runs):
     _judge(runs, "prefix_roomy")
 
 
+@pytest.mark.exercises("PrefixCachingAllocator")
 @pytest.mark.points(1)
 def test_random_prefix_cache_sequences_tight_pool(runs):
     _judge(runs, "prefix_tight")

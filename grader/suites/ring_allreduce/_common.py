@@ -18,7 +18,9 @@ import torch
 
 from grader.compare import assert_close
 from grader.suites.ring_allreduce._ranks import GAP_FILL
-from harness import P2P_APIS, CommRecord, Forbid, NotImplementedInRank, RankTimeout
+from harness import P2P_APIS, CommRecord, Forbid, NotImplementedInRank
+from harness.cases import Memo, case_values
+from harness.commlog import windows
 
 TIMEOUT_S = 60.0
 HANG_TIMEOUT_S = 20.0  # for tests that exist to catch deadlocks: a hang costs only this long
@@ -83,10 +85,11 @@ class Case:
     layout: str = "contiguous"
     kind: str = "values"  # the test group that judges it
     extra: dict[str, Any] = field(default_factory=dict)
+    meet: bool = True  # False: runs at the same time as the next case (a disjoint group)
 
     def to_rank(self, rank: int) -> dict[str, Any]:
         return {"call": self.call, "op": self.op, "group": self.group, "layout": self.layout,
-                "x": self.inputs[rank]}
+                "x": self.inputs[rank], "meet": self.meet}
 
     def members(self, world_size: int) -> tuple[int, ...]:
         return self.group if self.group is not None else tuple(range(world_size))
@@ -179,18 +182,38 @@ def _reduce_hint(op: str | None, layout: str) -> str:
             "product": "multiply, do not add, for op='product'"}.get(op or "", "")
 
 
-def check_all(cases: Sequence[Case], rank_values: Sequence[Sequence[Any]], world_size: int,
-              kind: str) -> None:
-    """check_case for every case of `kind`; the message leads with the first failure.
+def case_results(cases: Sequence[Case], rank_outcomes: Sequence[Any], world_size: int,
+                 kind: str | None = None) -> dict[int, list[Any]]:
+    """{case index: every rank's value} for the cases of `kind` (every case if None).
 
-    `rank_values[r][i]` is what rank r returned for case i (see _ranks.run_cases).
+    `rank_outcomes[r]` is what rank r's `_ranks.run_cases` returned. A case that raised (on
+    any rank) raises here: a stub as "not implemented" (before anything else, so a test of a
+    stubbed function never reports values or cost), any other error as an AssertionError naming
+    the call, with the likely fix first where the raw error does not say it.
     """
-    failures = []
+    values: dict[int, list[Any]] = {}
+    failures: list[AssertionError] = []
     for index, case in enumerate(cases):
-        if case.kind != kind:
+        if kind is not None and case.kind != kind:
             continue
         try:
-            check_case(case, [values[index] for values in rank_values], world_size)
+            values[index] = case_values(rank_outcomes, f"case {index}", what=case.label)
+        except AssertionError as exc:
+            failures.append(explained(exc))
+    stubs = [exc for exc in failures if isinstance(exc, NotImplementedInRank)]
+    if stubs or failures:
+        raise (stubs or failures)[0]
+    return values
+
+
+def check_all(cases: Sequence[Case], rank_outcomes: Sequence[Any], world_size: int,
+              kind: str) -> None:
+    """check_case for every case of `kind`; the message leads with the first failure."""
+    values = case_results(cases, rank_outcomes, world_size, kind)
+    failures = []
+    for index, case_values_ in values.items():
+        try:
+            check_case(cases[index], case_values_, world_size)
         except AssertionError as exc:
             failures.append(str(exc))
     if failures:
@@ -203,15 +226,7 @@ def check_all(cases: Sequence[Case], rank_values: Sequence[Sequence[Any]], world
 
 def sections(records: Sequence[CommRecord]) -> dict[str, list[CommRecord]]:
     """Split one rank's log at its `mark` records: label -> the calls made after it."""
-    out: dict[str, list[CommRecord]] = {}
-    current = None
-    for record in records:
-        if record.op == "mark":
-            current = record.label
-            out[current] = []
-        elif current is not None:
-            out[current].append(record)
-    return out
+    return windows(records)
 
 
 def ring_cost_problems(logs: dict[int, list[CommRecord]], members: Sequence[int], numel: int,
@@ -296,30 +311,8 @@ def explained(exc: AssertionError) -> AssertionError:
             return AssertionError(f"{hint} ({first})\n{rest}".rstrip())
     return exc
 
-class LaunchCache:
-    """One launch per key within a test module; later tests reuse its result or its error.
 
-    Tests that judge different aspects of one expensive launch share it this way, and a launch
-    that failed (the stub, a crash, a hang) fails each of them with the same reason at once.
-    Once a launch has timed out, later launches of the same cache get `HANG_TIMEOUT_S` at most:
-    a deadlock is rarely limited to one world size, and each one would cost the full timeout.
-    """
-
-    def __init__(self, launch: Any) -> None:
-        self._launch = launch
-        self._outcomes: dict[Any, Any] = {}
-        self._seen_timeout = False
-
-    def get(self, key: Any, fn: Any, world_size: int, **kwargs: Any) -> Any:
-        if key not in self._outcomes:
-            if self._seen_timeout:
-                kwargs["timeout"] = min(kwargs.get("timeout", TIMEOUT_S), HANG_TIMEOUT_S)
-            try:
-                self._outcomes[key] = self._launch(fn, world_size, **kwargs)
-            except AssertionError as exc:  # every LaunchError is one
-                self._seen_timeout |= isinstance(exc, RankTimeout)
-                self._outcomes[key] = explained(exc)
-        outcome = self._outcomes[key]
-        if isinstance(outcome, AssertionError):
-            raise outcome
-        return outcome
+def launch_memo() -> Memo:
+    """One launch per key within a test module (see harness.cases.Memo): errors explained, and
+    after a timeout later launches get `HANG_TIMEOUT_S` at most."""
+    return Memo(explain=explained, hang_timeout=HANG_TIMEOUT_S)

@@ -47,33 +47,42 @@ def _call(ring: Any, case: dict[str, Any], tensor: torch.Tensor, group: Any) -> 
     raise ValueError(f"unknown call {call!r}")
 
 
-def run_cases(ctx, group_list: list[tuple[int, ...]], cases: list[dict[str, Any]]) -> list[Any]:
-    """Run every case in order; None for cases whose group this rank is not in.
+def run_cases(ctx, group_list: list[tuple[int, ...]], cases: list[dict[str, Any]]
+              ) -> dict[str, dict[str, Any]]:
+    """Run every case in its own error scope (`harness.cases.run_cases`), named "case <i>".
 
-    Per case returns `out` (what the call returned), `returned_input` (whether it returned the
-    very tensor it was given), `after` (the input tensor after the call) and `gaps` (the gap
-    columns of a "strided" layout after the call, else None).
+    A case's value is None on ranks outside its group, else `out` (what the call returned),
+    `returned_input` (whether it returned the very tensor it was given), `after` (the input
+    tensor after the call) and `gaps` (the gap columns of a "strided" layout after the call,
+    else None). A case with `meet` False runs at the same time as the next one (disjoint
+    groups): the ranks do not wait for each other between the two.
     """
+    from harness.cases import RankCase
+    from harness.cases import run_cases as run_in_scopes
+
     ring = ctx.impl_module("ring_allreduce", "ring")
     # new_group is collective over the default group: every rank creates every group, in order.
     groups = {tuple(ranks): ctx.new_group(list(ranks)) for ranks in group_list}
-    results: list[Any] = []
-    for index, case in enumerate(cases):
+
+    def one(index: int, case: dict[str, Any]) -> Any:
         members = case["group"]
         if members is not None and ctx.rank not in members:
-            results.append(None)
-            continue
+            return None
         tensor, gaps = _with_layout(case["x"].to(ctx.device), case["layout"])
         ctx.mark(f"case {index}")
         out = _call(ring, case, tensor, groups[tuple(members)] if members else None)
         ctx.mark("done")
-        results.append({
+        return {
             "out": out if isinstance(out, torch.Tensor) else repr(type(out)),
             "returned_input": out is tensor,
             "after": tensor,
             "gaps": gaps,
-        })
-    return results
+        }
+
+    return run_in_scopes(ctx, [
+        RankCase(f"case {index}", lambda index=index, case=case: one(index, case),
+                 meet=case.get("meet", True))
+        for index, case in enumerate(cases)])
 
 
 def chunk_table(ctx, pairs: list[tuple[int, int]]) -> list[Any]:
@@ -97,25 +106,30 @@ def chunk_errors(ctx, pairs: list[tuple[int, int]]) -> list[str]:
     return names
 
 
-def op_errors(ctx, calls: list[tuple[str, str, str]]) -> list[str]:
-    """For each (function, op, dtype) call on a small tensor: the exception name or "no error".
+def op_errors(ctx, calls: list[tuple[str, str, str]]) -> dict[str, dict[str, Any]]:
+    """For each (function, op, dtype) call on a small tensor, case "call <i>": the exception
+    name or "no error" (a NotImplementedError is the case's own failure: a stub).
 
     Every rank makes the same calls with the same arguments, so an implementation that raises
     does so on every rank alike and the ranks stay in step.
     """
+    from harness.cases import run_cases as run_in_scopes
+
     ring = ctx.impl_module("ring_allreduce", "ring")
-    names = []
-    for index, (function, op, dtype) in enumerate(calls):
+
+    def one(index: int, function: str, op: str, dtype: str) -> str:
         tensor = torch.arange(6, device=ctx.device).to(getattr(torch, dtype))
         ctx.mark(f"call {index}")
         try:
             getattr(ring, function)(tensor, op=op)
-            names.append("no error")
+            return "no error"
         except NotImplementedError:
             raise
         except Exception as exc:  # noqa: BLE001 - the type is the answer
-            names.append(type(exc).__name__)
-    return names
+            return type(exc).__name__
+
+    return run_in_scopes(ctx, [(f"call {index}", lambda index=index, call=call: one(index, *call))
+                               for index, call in enumerate(calls)])
 
 
 def repeated_all_reduce(ctx, ops: list[str], inputs: torch.Tensor) -> torch.Tensor:

@@ -11,6 +11,7 @@ PAIRS = [(numel, size) for size in range(1, 9)
          for numel in sorted({0, 1, size - 1, size, size + 1, 2 * size + 3, 10007, 1 << 20})]
 
 
+@pytest.mark.exercises("chunk_bounds")
 @pytest.mark.points(2)
 def test_chunk_bounds_split(launch):
     """Tiles [0, numel) in order, sizes differ by at most one, larger chunks first."""
@@ -31,6 +32,7 @@ def test_chunk_bounds_split(launch):
         raise AssertionError(f"chunk_bounds: {problem}")
 
 
+@pytest.mark.exercises("chunk_bounds")
 @pytest.mark.points(1)
 def test_chunk_bounds_rejects_bad_arguments(launch):
     bad = [(-1, 4), (10, 0), (0, -2)]

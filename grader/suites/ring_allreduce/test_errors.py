@@ -6,6 +6,7 @@ import pytest
 
 from grader.suites.ring_allreduce._common import P2P_ONLY, SEND_OPS, TIMEOUT_S, sections
 from grader.suites.ring_allreduce._ranks import op_errors
+from harness.cases import case_values
 
 CALLS = [
     ("ring_all_reduce", "mean", "float32"),
@@ -23,24 +24,36 @@ def errors(launch):
     return launch(op_errors, 3, args=(CALLS,), forbid=P2P_ONLY, timeout=TIMEOUT_S)
 
 
+def answers(errors, want: str) -> list[tuple[tuple[str, str, str], str]]:
+    """((function, op, dtype), what rank 0 saw) for every call that must raise `want`."""
+    return [(call, case_values(errors.values, f"call {index}",
+                               what=f"{call[0]}(op={call[1]!r}) on {call[2]}")[0])
+            for index, (call, expected) in enumerate(zip(CALLS, EXPECTED)) if expected == want]
+
+
+@pytest.mark.exercises("ring_all_reduce", "ring_reduce_scatter")
 @pytest.mark.points(1)
 def test_unknown_op_raises_value_error(errors):
-    for (function, op, dtype), got, want in zip(CALLS, errors.values[0], EXPECTED):
-        if want == "ValueError" and got != want:
+    for (function, op, dtype), got in answers(errors, "ValueError"):
+        if got != "ValueError":
             raise AssertionError(f"{function}(op={op!r}) on {dtype} gave {got}; an unknown op "
                                  "must raise ValueError (ops are case-sensitive)")
 
 
+@pytest.mark.exercises("ring_all_reduce", "ring_reduce_scatter")
 @pytest.mark.points(1)
 def test_avg_on_integers_raises_type_error(errors):
-    for (function, _op, dtype), got, want in zip(CALLS, errors.values[0], EXPECTED):
-        if want == "TypeError" and got != want:
+    for (function, _op, dtype), got in answers(errors, "TypeError"):
+        if got != "TypeError":
             raise AssertionError(f"{function}(op='avg') on {dtype} gave {got}; averaging an "
                                  "integer tensor must raise TypeError")
 
 
+@pytest.mark.exercises("ring_all_reduce", "ring_reduce_scatter")
 @pytest.mark.points(1)
 def test_errors_raised_before_sending(errors):
+    for index in range(len(CALLS)):
+        case_values(errors.values, f"call {index}", what="{}(op={!r}) on {}".format(*CALLS[index]))
     for rank, records in enumerate(errors.comm):
         for index, calls in sections(records).items():
             sent = [r for r in calls if r.op in SEND_OPS]

@@ -19,6 +19,7 @@ from grader.suites.ring_allreduce._ranks import repeated_all_reduce
 WORLD_SIZE, CALLS, NUMEL = 3, 100, 37
 
 
+@pytest.mark.exercises("ring_all_reduce")
 @pytest.mark.points(2)
 def test_hundred_calls_in_a_row(launch):
     gen = seeded_generator(3000)

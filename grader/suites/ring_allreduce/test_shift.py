@@ -17,9 +17,10 @@ from grader.suites.ring_allreduce._common import (
     HANG_TIMEOUT_S,
     SHIFT_ONLY,
     Case,
-    LaunchCache,
     blocking_deadlock,
+    case_results,
     check_all,
+    launch_memo,
     rank_args,
     reduction_case,
     sections,
@@ -51,32 +52,35 @@ def build_cases(world_size: int, groups: tuple[tuple[int, ...], ...] = ((),)) ->
 @pytest.fixture(scope="module")
 def shifts(launch):
     """key -> (cases, LaunchResult): key is a world size, or "subgroups" (4 ranks)."""
-    cache = LaunchCache(launch)
+    memo = launch_memo()
 
     def run(key):
         world_size, groups = (4, SUBGROUPS) if key == "subgroups" else (key, ((),))
         cases = build_cases(world_size, groups)
         group_list = [g for g in groups if g]
-        result = cache.get(key, run_cases, world_size, args=(group_list,),
-                           rank_args=rank_args(cases, world_size), forbid=SHIFT_ONLY,
-                           timeout=HANG_TIMEOUT_S)
+        result = memo.get(key, lambda: launch(
+            run_cases, world_size, args=(group_list,), rank_args=rank_args(cases, world_size),
+            forbid=SHIFT_ONLY, timeout=HANG_TIMEOUT_S))
         return cases, result
 
     return run
 
 
+@pytest.mark.exercises("ring_shift")
 @pytest.mark.points(1)
-@pytest.mark.parametrize("world_size", WORLD_SIZES)
+@pytest.mark.parametrize("world_size", WORLD_SIZES, ids="world_size={}".format)
 def test_ring_shift_values(shifts, world_size):
     cases, result = shifts(world_size)
     check_all(cases, result.values, world_size, "shift")
 
 
+@pytest.mark.exercises("ring_shift")
 @pytest.mark.points(4)
 def test_ring_shift_order_cannot_deadlock(shifts):
     """One send to the successor and one receive from the predecessor, in a safe order."""
     for world_size in WORLD_SIZES[1:]:
         cases, result = shifts(world_size)
+        case_results(cases, result.values, world_size)  # a call that raised made no calls
         logs = [sections(records) for records in result.comm]
         for index, case in enumerate(cases):
             calls = {}
@@ -96,6 +100,7 @@ def test_ring_shift_order_cannot_deadlock(shifts):
                     "first and odd ones receive first (README §3)")
 
 
+@pytest.mark.exercises("ring_shift")
 @pytest.mark.points(3)
 def test_ring_shift_large_message_odd_world(launch):
     """5 ranks, 4 MiB each: far more than any socket buffer, so every send really blocks."""
@@ -115,6 +120,7 @@ def test_ring_shift_large_message_odd_world(launch):
                      f"large tensor", hint=f"rank {rank} must receive rank {source}'s tensor")
 
 
+@pytest.mark.exercises("ring_shift")
 @pytest.mark.points(2)
 def test_ring_shift_subgroups(shifts):
     """Groups (0, 1, 3), (1, 3) and (0, 2) of 4 ranks: neighbours are group neighbours."""

@@ -28,6 +28,7 @@ def _all_reduce_once(ctx, x: torch.Tensor) -> torch.Tensor:
     return tensor.cpu()
 
 
+@pytest.mark.exercises("ring_all_reduce")
 @pytest.mark.points(2)
 def test_no_traffic_outside_the_log(launch):
     gen = seeded_generator(4100)

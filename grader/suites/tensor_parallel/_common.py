@@ -5,22 +5,17 @@ slice of a dense tensor that belongs to a rank, the windows of the communication
 unpacking of what the ranks returned. Rank side: rebuilding an `nn.Linear` from the dense
 weights the parent sent, and `run_parts`, which runs several independent checks in one launch.
 
-A launch runs a list of named *parts*. A part that raises is recorded, and the rank goes on with
-the next part, so a student who has written the operators but not yet the cross-entropy still
-gets the operators graded, and a bug in `gather_output` costs only the tests that read that
-part. The parent turns a NotImplementedError record back into NotImplementedError ("not
-implemented") and any other into an AssertionError naming the part and the exception.
-
-Going on after an exception is safe only when every rank failed at the same point; otherwise the
-others are blocked in a collective the failing rank never joins. So after each part all ranks
-meet on a separate gloo group: a rank that raised and is not joined there within SYNC_S seconds
-re-raises its exception, which ends the launch (the harness stops the other ranks at once) with
-that rank's traceback.
+A launch runs a list of named *parts*, each in its own error scope (`harness.cases.run_cases`):
+a part that raises is recorded and the rank goes on with the next, so a student who has written
+the operators but not yet the cross-entropy still gets the operators graded, and a bug in
+`gather_output` costs only the tests that read that part. The parent reads a part with
+`harness.cases.case_values`: a stub's NotImplementedError comes back as "not implemented", any
+other exception as an AssertionError naming the part (see harness/cases.py for how the ranks stay
+in step when a part fails on some ranks only).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -36,7 +31,6 @@ DTYPE = torch.float64
 # gloo runs everywhere (a GPU grader would otherwise pick NCCL, which needs CUDA tensors).
 BACKEND = "gloo"
 TIMEOUT_S = 90.0
-SYNC_S = 20.0
 ALL_REDUCE_OPS = frozenset({"all_reduce", "ProcessGroup.allreduce"})
 NOT_COMMUNICATION = frozenset({"mark"})
 
@@ -110,19 +104,6 @@ def where(rank: int, world: int) -> str:
     return f"[rank {rank} of {world}]"
 
 
-def part(values: Sequence[dict], name: str) -> list[Any]:
-    """Every rank's value of part `name`; NotImplementedError if a rank met a stub there."""
-    out = []
-    for rank, value in enumerate(values):
-        entry = value[name]
-        if "not_implemented" in entry:
-            raise NotImplementedError(f"{name}: {entry['not_implemented']}")
-        if "error" in entry:
-            raise AssertionError(f"{where(rank, len(values))} {name} raised {entry['error']}")
-        out.append(entry["value"])
-    return out
-
-
 def check(actual: Any, expected: torch.Tensor | None, what: str, hint: str = "") -> None:
     """assert_close that also accepts None == None (a bias-less layer's bias and its grad)."""
     if expected is None:
@@ -134,18 +115,6 @@ def check(actual: Any, expected: torch.Tensor | None, what: str, hint: str = "")
         raise AssertionError(f"{what}: got None; expected a tensor of shape "
                              f"{tuple(expected.shape)}{'; ' + hint if hint else ''}")
     assert_close(actual, expected, what=what, hint=hint)
-
-
-def windows(records: list[CommRecord]) -> dict[str, list[CommRecord]]:
-    """The communication records after each mark, keyed by the mark's label, up to the next."""
-    out: dict[str, list[CommRecord]] = {}
-    current: list[CommRecord] | None = None
-    for rec in records:
-        if rec.op == "mark":
-            current = out.setdefault(rec.label, [])
-        elif current is not None:
-            current.append(rec)
-    return out
 
 
 def describe(records: list[CommRecord]) -> str:
@@ -173,40 +142,3 @@ def leaf(t: torch.Tensor) -> torch.Tensor:
 
 def param_grad(p: torch.Tensor | None) -> torch.Tensor | None:
     return None if p is None else p.grad
-
-
-def run_parts(ctx: Any, parts: Sequence[tuple[str, Callable[[], Any]]]
-              ) -> dict[str, dict[str, Any]]:
-    """Run each named part, recording its value, a NotImplementedError or another exception.
-
-    Every rank must pass the same parts in the same order (see the module docstring). The
-    meeting after each part is a one-element all-reduce on a separate gloo group, logged after
-    a "sync" mark so that it never falls inside a window a test reads.
-    """
-    import time
-
-    import torch.distributed as dist
-
-    sync = ctx.new_group(list(range(ctx.world_size)), backend="gloo")
-    out: dict[str, dict[str, Any]] = {}
-    for name, fn in parts:
-        failure: Exception | None = None
-        try:
-            out[name] = {"value": fn()}
-        except NotImplementedError as exc:
-            failure = exc
-            out[name] = {"not_implemented": str(exc) or "NotImplementedError"}
-        except Exception as exc:  # noqa: BLE001 - reported to the parent, or re-raised below
-            failure = exc
-            out[name] = {"error": f"{type(exc).__name__}: {exc}"[:400]}
-        ctx.mark("sync")
-        work = dist.all_reduce(torch.zeros(1), group=sync, async_op=True)
-        if failure is None:
-            work.wait()
-            continue
-        deadline = time.monotonic() + SYNC_S
-        while not work.is_completed():
-            if time.monotonic() > deadline:
-                raise failure  # the others are stuck elsewhere: end the launch with the cause
-            time.sleep(0.005)
-    return out

@@ -21,13 +21,12 @@ from grader.suites.tensor_parallel._common import (
     dense_cross_entropy,
     describe,
     leaf,
-    part,
     randn,
-    run_parts,
     shard,
     where,
-    windows,
 )
+from harness.cases import case_values, run_cases
+from harness.commlog import windows
 
 WORLDS = (2, 4)
 VOCAB = 32
@@ -75,7 +74,7 @@ def rank_cross_entropy(ctx, cases) -> dict:
         ctx.mark(f"{name} end")
         return {"loss": loss.detach(), "grad": logits.grad, "logits_after": logits.detach()}
 
-    return run_parts(ctx, [(name, lambda n=name: run(n, cases[n])) for name in cases])
+    return run_cases(ctx, [(name, lambda n=name: run(n, cases[n])) for name in cases])
 
 
 @pytest.fixture(scope="module")
@@ -86,10 +85,11 @@ def runs(launch):
 
 def _each(runs, name):
     for p, result in runs.items():
-        for r, value in enumerate(part(result.values, name)):
+        for r, value in enumerate(case_values(result.values, name)):
             yield r, p, value, windows(result.comm[r])
 
 
+@pytest.mark.exercises("vocab_parallel_cross_entropy")
 @pytest.mark.points(3)
 def test_loss_with_targets_in_every_shard(runs):
     data = CASES["ce"]
@@ -102,6 +102,7 @@ def test_loss_with_targets_in_every_shard(runs):
               hint="the input must not be modified in place")
 
 
+@pytest.mark.exercises("vocab_parallel_cross_entropy")
 @pytest.mark.points(3)
 def test_large_logits_are_stable(runs):
     data = CASES["ce large"]
@@ -112,6 +113,7 @@ def test_large_logits_are_stable(runs):
                    "maxima) before exp")
 
 
+@pytest.mark.exercises("vocab_parallel_cross_entropy")
 @pytest.mark.points(3)
 def test_gradient_is_the_dense_slice(runs):
     for name in CASES:
@@ -122,6 +124,7 @@ def test_gradient_is_the_dense_slice(runs):
                   hint="d loss / d logit = softmax - one_hot(target), times the loss gradient")
 
 
+@pytest.mark.exercises("vocab_parallel_cross_entropy")
 @pytest.mark.points(3)
 def test_no_logits_cross_ranks(runs):
     limit = MAX_VALUES_PER_TOKEN * TOKENS

@@ -21,12 +21,11 @@ from grader.suites.tensor_parallel._common import (
     leaf,
     linear_state,
     param_grad,
-    part,
     randn,
-    run_parts,
     shard,
     where,
 )
+from harness.cases import case_values, run_cases
 
 WORLD = 4
 BAD = 6  # divisible by 2 but not by WORLD
@@ -109,7 +108,7 @@ def rank_errors(ctx, biasless_state, biasless_x, biasless_grad) -> dict:
     parts = [("constructors", constructors), ("biasless row", biasless_row),
              ("bad target", bad_target)]
     parts += [(name, lambda c=call: _outcome(c)) for name, call in bad_calls.items()]
-    return run_parts(ctx, parts)
+    return run_cases(ctx, parts)
 
 
 @pytest.fixture(scope="module")
@@ -129,9 +128,10 @@ EXPECTED_SHAPES = {
 }
 
 
+@pytest.mark.exercises("ColumnParallelLinear", "RowParallelLinear", "ParallelMLP")
 @pytest.mark.points(2)
 def test_constructors_make_shards(run):
-    for r, value in enumerate(part(run, "constructors")):
+    for r, value in enumerate(case_values(run, "constructors")):
         for name, (weight_shape, bias_shape, fan_in) in EXPECTED_SHAPES.items():
             what = f"{where(r, WORLD)} {name}"
             for attr, shape in (("weight", weight_shape), ("bias", bias_shape)):
@@ -152,10 +152,12 @@ def test_constructors_make_shards(run):
                     f"draws from U(-1/sqrt(in_features), 1/sqrt(in_features)), bound {bound:.3g}")
 
 
+@pytest.mark.exercises("ColumnParallelLinear", "RowParallelLinear", "ParallelMLP",
+                        "vocab_parallel_cross_entropy")
 @pytest.mark.points(3)
 def test_non_divisible_sizes_raise_value_error(run):
     for name in BAD_CALLS:
-        for r, outcome in enumerate(part(run, name)):
+        for r, outcome in enumerate(case_values(run, name)):
             what = f"{where(r, WORLD)} {name}"
             assert outcome["raised"] == "ValueError", (
                 f"{what} raised {outcome['raised'] or 'nothing'}; {BAD} is not divisible by "
@@ -166,9 +168,10 @@ def test_non_divisible_sizes_raise_value_error(run):
                            f"the group size ({WORLD}); got {message!r}")
 
 
+@pytest.mark.exercises("RowParallelLinear")
 @pytest.mark.points(2)
 def test_row_layer_without_bias(run):
-    for r, value in enumerate(part(run, "biasless row")):
+    for r, value in enumerate(case_values(run, "biasless row")):
         what = f"{where(r, WORLD)} RowParallelLinear.from_dense(nn.Linear(12, 8, bias=False))"
         check(value["bias"], None, f"{what}.bias")
         check(value["y"], BIASLESS_EXPECTED["y"], f"{what}: output")
@@ -178,9 +181,10 @@ def test_row_layer_without_bias(run):
               f"{what}: weight gradient")
 
 
+@pytest.mark.exercises("vocab_parallel_cross_entropy")
 @pytest.mark.points(1)
 def test_cross_entropy_rejects_mismatched_target(run):
-    for r, outcome in enumerate(part(run, "bad target")):
+    for r, outcome in enumerate(case_values(run, "bad target")):
         assert outcome["raised"] == "ValueError", (
             f"{where(r, WORLD)} vocab_parallel_cross_entropy(logits [3, 5, 2], target [3]) "
             f"raised {outcome['raised'] or 'nothing'}; expected ValueError (target must be "

@@ -24,12 +24,11 @@ from grader.suites.tensor_parallel._common import (
     leaf,
     linear_state,
     param_grad,
-    part,
     randn,
-    run_parts,
     shard,
-    windows,
 )
+from harness.cases import case_values, run_cases
+from harness.commlog import windows
 
 WORLD, TP = 4, 2
 GROUPS = ([0, 1], [2, 3])
@@ -106,7 +105,7 @@ def rank_groups(ctx, data) -> dict:
         (loss * data["weight"]).sum().backward()
         return {"loss": loss.detach(), "grad": logits.grad}
 
-    return run_parts(ctx, [("column", column), ("row", row), ("mlp", mlp),
+    return run_cases(ctx, [("column", column), ("row", row), ("mlp", mlp),
                       ("cross_entropy", cross_entropy)])
 
 
@@ -121,10 +120,11 @@ def _where(rank: int) -> str:
 
 
 def _each(run, name):
-    for rank, value in enumerate(part(run.values, name)):
+    for rank, value in enumerate(case_values(run.values, name)):
         yield rank, rank % TP, value, DATA[rank // TP]
 
 
+@pytest.mark.exercises("ColumnParallelLinear", "RowParallelLinear")
 @pytest.mark.points(3)
 def test_layers_in_two_groups(run):
     hint = "slice by dist.get_rank(group) and communicate over `group`, not the default group"
@@ -145,6 +145,7 @@ def test_layers_in_two_groups(run):
               f"{_where(rank)} row-parallel weight gradient", hint=hint)
 
 
+@pytest.mark.exercises("ParallelMLP")
 @pytest.mark.points(3)
 def test_mlp_in_two_groups(run):
     for rank, _, value, data in _each(run, "mlp"):
@@ -161,6 +162,7 @@ def test_mlp_in_two_groups(run):
                 f"{[rec.group_ranks for rec in comm]}; expected one all_reduce over {group}")
 
 
+@pytest.mark.exercises("vocab_parallel_cross_entropy")
 @pytest.mark.points(2)
 def test_cross_entropy_in_two_groups(run):
     for rank, r, value, data in _each(run, "cross_entropy"):

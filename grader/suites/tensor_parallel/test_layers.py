@@ -23,12 +23,11 @@ from grader.suites.tensor_parallel._common import (
     leaf,
     linear_state,
     param_grad,
-    part,
     randn,
-    run_parts,
     shard,
     where,
 )
+from harness.cases import case_values, run_cases
 
 WORLDS = (1, 2, 4)
 NARROW, WIDE = 8, 12
@@ -96,7 +95,7 @@ def rank_layers(ctx, column_cases, row_cases, inputs) -> dict:
             build_linear(d["state"]), input_is_parallel=c["input_is_parallel"]))
         parts.append((f"{name} built", lambda n=name, m=make: build(n, m())))
         parts.append((name, lambda n=name, m=make, d=data, x=x: run(n, m, x, d["grad_y"])))
-    return run_parts(ctx, parts)
+    return run_cases(ctx, parts)
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +111,7 @@ def _each(runs, kind, select, stage=""):
     for case in filter(select, cases):
         name = _name(kind, case)
         for p, values in runs.items():
-            for r, value in enumerate(part(values, f"{name} {stage}".strip())):
+            for r, value in enumerate(case_values(values, f"{name} {stage}".strip())):
                 yield r, p, name, value, INPUTS[name]
 
 
@@ -126,6 +125,7 @@ def _plain_row(case):
 
 # ---- column-parallel -----------------------------------------------------------------------------
 
+@pytest.mark.exercises("ColumnParallelLinear")
 @pytest.mark.points(2)
 def test_column_parameters_are_row_slices(runs):
     for r, p, name, value, data in _each(runs, "column", lambda c: True, "built"):
@@ -137,6 +137,7 @@ def test_column_parameters_are_row_slices(runs):
               f"{where(r, p)} {name}.from_dense: bias", hint="keep slice r of the dense bias")
 
 
+@pytest.mark.exercises("ColumnParallelLinear")
 @pytest.mark.points(3)
 def test_column_forward(runs):
     for r, p, name, value, data in _each(runs, "column", _plain_column):
@@ -144,6 +145,7 @@ def test_column_forward(runs):
               hint="each rank returns its slice r of the output features")
 
 
+@pytest.mark.exercises("ColumnParallelLinear")
 @pytest.mark.points(3)
 def test_column_backward(runs):
     for r, p, name, value, data in _each(runs, "column", _plain_column):
@@ -156,6 +158,7 @@ def test_column_backward(runs):
               f"{where(r, p)} {name}: bias gradient")
 
 
+@pytest.mark.exercises("ColumnParallelLinear")
 @pytest.mark.points(2)
 def test_column_gather_output(runs):
     for r, p, name, value, data in _each(runs, "column", lambda c: c["gather_output"]):
@@ -170,6 +173,7 @@ def test_column_gather_output(runs):
 
 # ---- row-parallel --------------------------------------------------------------------------------
 
+@pytest.mark.exercises("RowParallelLinear")
 @pytest.mark.points(2)
 def test_row_parameters_are_column_slices(runs):
     for r, p, name, value, data in _each(runs, "row", lambda c: True, "built"):
@@ -181,6 +185,7 @@ def test_row_parameters_are_column_slices(runs):
               hint="a row-parallel layer keeps the WHOLE bias on every rank")
 
 
+@pytest.mark.exercises("RowParallelLinear")
 @pytest.mark.points(3)
 def test_row_forward(runs):
     for r, p, name, value, data in _each(runs, "row", _plain_row):
@@ -188,6 +193,7 @@ def test_row_forward(runs):
               hint="all-reduce the partial products, then add the bias once")
 
 
+@pytest.mark.exercises("RowParallelLinear")
 @pytest.mark.points(3)
 def test_row_backward(runs):
     for r, p, name, value, data in _each(runs, "row", _plain_row):
@@ -200,6 +206,7 @@ def test_row_backward(runs):
         check(value["bias_grad"], expected["bias_grad"], f"{where(r, p)} {name}: bias gradient")
 
 
+@pytest.mark.exercises("RowParallelLinear")
 @pytest.mark.points(2)
 def test_row_input_not_parallel(runs):
     for r, p, name, value, data in _each(runs, "row", lambda c: not c["input_is_parallel"]):
@@ -212,6 +219,7 @@ def test_row_input_not_parallel(runs):
 
 # ---- memory --------------------------------------------------------------------------------------
 
+@pytest.mark.exercises("ColumnParallelLinear", "RowParallelLinear")
 @pytest.mark.points(2)
 def test_sharded_layers_hold_one_slice_of_the_weights(runs):
     for kind in ("column", "row"):

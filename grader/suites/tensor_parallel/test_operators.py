@@ -18,11 +18,10 @@ from grader.suites.tensor_parallel._common import (
     check,
     describe,
     leaf,
-    part,
-    run_parts,
     where,
-    windows,
 )
+from harness.cases import case_values, run_cases
+from harness.commlog import windows
 
 WORLDS = (2, 4)
 SHAPE = (2, 3, 4)  # leading dims differ so that a split or concat along the wrong dim shows
@@ -41,7 +40,7 @@ def rank_operators(ctx) -> dict:
         ctx.mark(f"{name} end")
         return {"y": y.detach(), "x_grad": x.grad, "x_after": x.detach()}
 
-    return run_parts(ctx, [
+    return run_cases(ctx, [
         # f: each rank passes its own values, so an identity forward is visible as such.
         ("f", lambda: run("f", tp.copy_to_parallel_region, leaf(base + 100 * r),
                           torch.full(SHAPE, r + 1.0, dtype=DTYPE))),
@@ -65,7 +64,7 @@ def runs(launch):
 def _each(runs, name):
     """(rank, world, value, log windows of this part) over every rank of every world size."""
     for p, result in runs.items():
-        values = part(result.values, name)
+        values = case_values(result.values, name)
         for r, value in enumerate(values):
             yield r, p, value, windows(result.comm[r])
 
@@ -78,6 +77,7 @@ def _one_all_reduce(records, numel) -> bool:
 BASE = torch.arange(24, dtype=DTYPE).reshape(SHAPE)
 
 
+@pytest.mark.exercises("copy_to_parallel_region")
 @pytest.mark.points(2)
 def test_f_forward_is_identity_without_communication(runs):
     for r, p, value, win in _each(runs, "f"):
@@ -88,6 +88,7 @@ def test_f_forward_is_identity_without_communication(runs):
             f"f's input is already replicated, so forward needs no communication")
 
 
+@pytest.mark.exercises("copy_to_parallel_region")
 @pytest.mark.points(3)
 def test_f_backward_all_reduces_the_gradient(runs):
     for r, p, value, win in _each(runs, "f"):
@@ -100,6 +101,7 @@ def test_f_backward_all_reduces_the_gradient(runs):
             f"(24 elements)")
 
 
+@pytest.mark.exercises("reduce_from_parallel_region")
 @pytest.mark.points(3)
 def test_g_forward_all_reduces(runs):
     for r, p, value, win in _each(runs, "g"):
@@ -114,6 +116,7 @@ def test_g_forward_all_reduces(runs):
             f"{describe(win['g forward'])}; expected exactly one all_reduce of 24 elements")
 
 
+@pytest.mark.exercises("reduce_from_parallel_region")
 @pytest.mark.points(2)
 def test_g_backward_is_identity_without_communication(runs):
     for r, p, value, win in _each(runs, "g"):
@@ -125,6 +128,7 @@ def test_g_backward_is_identity_without_communication(runs):
             f"{describe(win['g backward'])}; the gradient of a sum reaches every term as is")
 
 
+@pytest.mark.exercises("scatter_to_parallel_region")
 @pytest.mark.points(3)
 def test_scatter_keeps_the_rank_slice_and_gathers_gradients(runs):
     for r, p, value, win in _each(runs, "scatter"):
@@ -143,6 +147,7 @@ def test_scatter_keeps_the_rank_slice_and_gathers_gradients(runs):
             f"{describe(win['scatter forward'])}; keeping a slice needs no communication")
 
 
+@pytest.mark.exercises("gather_from_parallel_region")
 @pytest.mark.points(3)
 def test_gather_concatenates_in_rank_order_and_slices_gradients(runs):
     for r, p, value, win in _each(runs, "gather"):

@@ -20,6 +20,7 @@ import torch
 
 from grader.compare import Tolerance, assert_close, attention_bound, softmax_bound
 from grader.suites.triton_kernels._ranks import run_cases
+from harness.cases import case_value
 
 # Value tests run the kernels in Triton's interpreter on CPU tensors, on every machine, so a
 # grade never depends on the grading hardware; compiled runs are in test_gpu.py.
@@ -55,13 +56,10 @@ def run(launch: Any, cases: list[Case]) -> dict[str, dict[str, Any]]:
 
 def check_call(case: Case, result: dict[str, Any]) -> Any:
     """The call's output, after the checks every case shares: it ran, and used no torch."""
-    if result["not_implemented"]:
-        raise NotImplementedError(result["error"])
-    if result["error"]:
-        raise AssertionError(f"{case.name}: raised {result['error']}")
+    out = case_value(result, case.name)
     if result["violations"]:
         raise AssertionError(f"{case.name}: {result['guard_message']}")
-    return result["out"]
+    return out
 
 
 def check(case: Case, result: dict[str, Any], *, check_lse: bool = True,

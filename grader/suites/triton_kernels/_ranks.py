@@ -3,8 +3,8 @@
 `run_cases` imports the code under test with `ctx.impl_module`, applies each case's layout,
 calls the wrapper under `ComputeGuard` (recording, not raising, so the parent can report the
 first forbidden operator even if the wrapper swallows exceptions) and returns plain data per
-case. A wrapper that raises NotImplementedError is reported as such; any other exception is
-reported per case, so one broken configuration does not hide the results of the others.
+case, each in its own error scope (`harness.cases`), so one broken configuration does not hide
+the results of the others.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from harness.cases import capture
 from harness.compute_guard import ComputeGuard
 
 
@@ -27,25 +28,18 @@ def relayout(tensor: Any, layout: str) -> Any:
     return tensor
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"[:300]
-
-
 def call_case(kernels: Any, case: dict[str, Any]) -> dict[str, Any]:
-    """Run one case; see the module docstring for what comes back."""
+    """Run one case in its own error scope (`harness.cases.capture`): its outcome, plus
+    `inputs_changed`, the guard's `violations` and `guard_message`."""
     args = tuple(relayout(a, case["layout"]) for a in case["args"])
     before = [a.clone() for a in args if isinstance(a, torch.Tensor)]
     guard = ComputeGuard(case["function"], strict=False)
-    result: dict[str, Any] = {"out": None, "error": "", "not_implemented": False}
-    try:
+
+    def call() -> Any:
         with guard:
-            result["out"] = getattr(kernels, case["function"])(*args, **case["kwargs"])
-    except NotImplementedError as exc:
-        result.update(error=str(exc).strip()[:300] or "NotImplementedError",
-                      not_implemented=True)
-    except Exception as exc:  # noqa: BLE001 - reported per case to the parent
-        result["error"] = _first_line(exc)
+            return getattr(kernels, case["function"])(*args, **case["kwargs"])
+
+    result = capture(call)
     after = [a for a in args if isinstance(a, torch.Tensor)]
     result["inputs_changed"] = not all(torch.equal(x, y) for x, y in zip(before, after))
     result["violations"] = [v.describe() for v in guard.violations]

@@ -76,62 +76,74 @@ def _check(results, key: str, **kw) -> None:
     check(CASES[key], results[CASES[key].name], **kw)
 
 
+@pytest.mark.exercises("flash_attention")
 @pytest.mark.points(1)
 def test_single_query(results):
     _check(results, "seq1")
     _check(results, "seq1_causal")
 
 
+@pytest.mark.exercises("flash_attention")
 @pytest.mark.points(3)
 def test_non_causal_out(results):
     _check(results, "dense", check_lse=False)
 
 
+@pytest.mark.exercises("flash_attention")
 @pytest.mark.points(3)
 def test_non_causal_lse(results):
     _check(results, "dense", check_out=False)
 
 
+@pytest.mark.exercises("flash_attention")
 @pytest.mark.points(3)
 def test_causal_out(results):
     _check(results, "causal", check_lse=False)
 
 
+@pytest.mark.exercises("flash_attention")
 @pytest.mark.points(2)
 def test_causal_lse(results):
     _check(results, "causal", check_out=False)
 
 
+@pytest.mark.exercises("flash_attention")
 @pytest.mark.points(2)
 def test_causal_seq_37(results):
     _check(results, "causal37")
 
 
+@pytest.mark.exercises("flash_attention")
 @pytest.mark.points(2)
 def test_head_dim_not_power_of_two(results):
     _check(results, "dim24")
 
 
+@pytest.mark.exercises("flash_attention")
 @pytest.mark.points(2)
 def test_seq_q_differs_from_seq_k(results):
     _check(results, "cross")
 
 
+@pytest.mark.exercises("flash_attention")
 @pytest.mark.points(2)
 def test_large_scores_stable(results):
     _check(results, "large")
 
 
+@pytest.mark.exercises("flash_attention")
 @pytest.mark.points(1)
 def test_explicit_scale(results):
     _check(results, "scale")
 
 
+@pytest.mark.exercises("flash_attention")
 @pytest.mark.points(2)
 def test_non_contiguous_layout(results):
     _check(results, "bshd")
 
 
+@pytest.mark.exercises("flash_attention")
 @pytest.mark.points(1)
 def test_batch_and_heads(results):
     _check(results, "batched")

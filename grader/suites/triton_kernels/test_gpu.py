@@ -76,7 +76,8 @@ def ratios(launch):
 
 
 @pytest.mark.points(1)
-@pytest.mark.parametrize("function", list(CASES))
+@pytest.mark.parametrize("function", [
+    pytest.param(name, marks=pytest.mark.exercises(name), id=f"function={name}") for name in CASES])
 def test_compiled_values(compiled, function):
     case = CASES[function]
     check(case, compiled[case.name])
@@ -91,16 +92,19 @@ def _check_ratio(ratios, name: str) -> None:
         f"Is every row / block a parallel program, and is the input read only once?")
 
 
+@pytest.mark.exercises("softmax")
 @pytest.mark.points(2)
 def test_softmax_speed(ratios):
     _check_ratio(ratios, "softmax")
 
 
+@pytest.mark.exercises("rms_norm")
 @pytest.mark.points(2)
 def test_rms_norm_speed(ratios):
     _check_ratio(ratios, "rms_norm")
 
 
+@pytest.mark.exercises("flash_attention")
 @pytest.mark.points(2)
 def test_flash_attention_speed(ratios):
     _check_ratio(ratios, "flash_attention")

@@ -67,31 +67,37 @@ def _check(results, key: str) -> None:
     check(CASES[key], results[CASES[key].name])
 
 
+@pytest.mark.exercises("paged_attention_decode")
 @pytest.mark.points(2)
 def test_length_one(results):
     _check(results, "len1")
 
 
+@pytest.mark.exercises("paged_attention_decode")
 @pytest.mark.points(3)
 def test_lengths_at_block_boundaries(results):
     _check(results, "boundary")
 
 
+@pytest.mark.exercises("paged_attention_decode")
 @pytest.mark.points(2)
 def test_lengths_next_to_boundaries(results):
     _check(results, "past_boundary")
 
 
+@pytest.mark.exercises("paged_attention_decode")
 @pytest.mark.points(3)
 def test_several_sequences_shuffled_blocks(results):
     _check(results, "mixed")
 
 
+@pytest.mark.exercises("paged_attention_decode")
 @pytest.mark.points(2)
 def test_block_size_not_power_of_two(results):
     _check(results, "odd_block")
 
 
+@pytest.mark.exercises("paged_attention_decode")
 @pytest.mark.points(2)
 def test_scale_and_int64_tables(results):
     _check(results, "scale_int64")

@@ -55,31 +55,37 @@ def _check(results, key: str) -> None:
     check(CASES[key], results[CASES[key].name])
 
 
+@pytest.mark.exercises("rms_norm")
 @pytest.mark.points(2)
 def test_width_90(results):
     _check(results, "d90")
 
 
+@pytest.mark.exercises("rms_norm")
 @pytest.mark.points(2)
 def test_width_781(results):
     _check(results, "d781")
 
 
+@pytest.mark.exercises("rms_norm")
 @pytest.mark.points(2)
 def test_eps_and_zero_row(results):
     _check(results, "eps")
 
 
+@pytest.mark.exercises("rms_norm")
 @pytest.mark.points(2)
 def test_non_contiguous_input(results):
     _check(results, "transposed")
 
 
+@pytest.mark.exercises("rms_norm")
 @pytest.mark.points(1)
 def test_large_values(results):
     _check(results, "large")
 
 
+@pytest.mark.exercises("rms_norm")
 @pytest.mark.points(1)
 def test_width_one(results):
     _check(results, "d1")

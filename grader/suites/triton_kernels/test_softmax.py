@@ -55,41 +55,49 @@ def _check(results, key: str) -> None:
     check(CASES[key], results[CASES[key].name])
 
 
+@pytest.mark.exercises("softmax")
 @pytest.mark.points(1)
 def test_single_element(results):
     _check(results, "single")
 
 
+@pytest.mark.exercises("softmax")
 @pytest.mark.points(2)
 def test_width_200(results):
     _check(results, "w200")
 
 
+@pytest.mark.exercises("softmax")
 @pytest.mark.points(2)
 def test_width_781(results):
     _check(results, "w781")
 
 
+@pytest.mark.exercises("softmax")
 @pytest.mark.points(2)
 def test_100_by_90(results):
     _check(results, "100x90")
 
 
+@pytest.mark.exercises("softmax")
 @pytest.mark.points(1)
 def test_power_of_two_width(results):
     _check(results, "pow2")
 
 
+@pytest.mark.exercises("softmax")
 @pytest.mark.points(1)
 def test_constant_rows(results):
     _check(results, "constant")
 
 
+@pytest.mark.exercises("softmax")
 @pytest.mark.points(3)
 def test_large_values_stable(results):
     _check(results, "large")
 
 
+@pytest.mark.exercises("softmax")
 @pytest.mark.points(2)
 def test_non_contiguous_input(results):
     _check(results, "transposed")

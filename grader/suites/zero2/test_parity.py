@@ -49,7 +49,7 @@ def test_adamw_two_groups_two_ranks(runs):
 
 
 @pytest.mark.points(1)
-@pytest.mark.parametrize("name", ["adamw-3", "sgd-4"])
+@pytest.mark.parametrize("name", ["adamw-3", "sgd-4"], ids="config={}".format)
 def test_parameters_identical_on_every_rank(runs, name):
     run = runs(name)
     for step, params in enumerate(run.values[0]["history"]):
@@ -72,7 +72,7 @@ def test_frozen_parameters_untouched(runs):
 
 
 @pytest.mark.points(1)
-@pytest.mark.parametrize("name", ["adamw-3", "sgd-4"])
+@pytest.mark.parametrize("name", ["adamw-3", "sgd-4"], ids="config={}".format)
 def test_shard_bounds(runs, name):
     run = runs(name)
     size = shard_numel(run.spec, run.world_size)

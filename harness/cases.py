@@ -1,0 +1,275 @@
+"""Many cases in one launch, each in its own error scope; and the parent's way back to the value.
+
+Starting ranks is cheap but not free, so a suite runs many calls in one launch. If the first
+exception ended the launch, one stub would sink every test of the launch, also those that never
+call it. So each case runs in its own scope:
+
+Rank side — `run_cases(ctx, [(name, fn), ...])` calls each `fn()` in order and returns
+`{name: outcome}`, plain data. An outcome is `{"ok": True, "value": plain(fn())}` or
+`{"ok": False, "error": {...}}` with the exception's `type`, `message`, `not_implemented`
+(NotImplementedError), `function` (the innermost function of the code under test it came from,
+else the innermost frame), `traceback` (its tail, without the harness's frames) and `time`.
+`capture(fn)` is one such scope on its own.
+
+Parent side — `case_value(outcome, what)` returns the value or raises: NotImplementedInRank
+("not implemented yet: <function>…", what the plugin reports as not implemented) for a stub,
+else RankFailure (an AssertionError) whose first line says which call raised what.
+`case_values(rank_outcomes, name)` does it across ranks: a case that failed on any rank fails,
+the earliest failure first; ranks that returned None for the case (not in its group) give None.
+
+Keeping the ranks in step. A case that raised on one rank may leave the others inside a
+collective it never joins. After each case, so, the ranks meet on the rendezvous store (not
+through `torch.distributed`, so the meeting is neither logged nor subject to `Forbid`): a rank
+whose case raised waits `sync_timeout` seconds for the others, and if they do not come it
+re-raises its exception, which ends the launch with that cause — a case exercising collectives
+that fails on some ranks only thus fails its whole launch. The usual failure, a stub, raises
+before any communication on every rank alike, so it costs only its case. Every rank must run
+the same cases in the same order; a case may opt out of the meeting (`RankCase(meet=False)`),
+e.g. consecutive cases on disjoint subgroups that should run at the same time.
+
+Also here: `plain(value)` (anything to plain data for the trip back) and `Memo` (one launch per
+key, its result or its error remembered).
+"""
+
+from __future__ import annotations
+
+import numbers
+import os
+import time
+import traceback
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from harness.errors import NotImplementedInRank, RankFailure, RankTimeout
+
+__all__ = ["Memo", "RankCase", "capture", "case_value", "case_values", "plain", "run_cases"]
+
+SYNC_TIMEOUT_S = 20.0
+IMPL_PACKAGE = "mlsys_impl."  # harness.impl registers the code under test under this package
+MAX_MESSAGE_CHARS = 2000
+MAX_TRACEBACK_CHARS = 3000
+MAX_PLAIN_DEPTH = 32
+_HARNESS_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_meetings = [0]  # run_cases calls so far in this rank: names each call's store keys
+
+T = TypeVar("T")
+
+
+# ---- plain data -------------------------------------------------------------------------------
+
+def plain(value: Any, _depth: int = 0) -> Any:
+    """`value` as plain data: tensors detached, numbers as int/float, tuples as lists, dict keys
+    kept when str or int (else str), anything else as "<TypeName>"."""
+    import torch
+
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if _depth > MAX_PLAIN_DEPTH:
+        return "<too deep>"
+    if isinstance(value, torch.Tensor):
+        return value.detach()
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if isinstance(value, (list, tuple)):
+        return [plain(v, _depth + 1) for v in value]
+    if isinstance(value, dict):
+        return {(k if isinstance(k, (str, int)) else str(k)): plain(v, _depth + 1)
+                for k, v in value.items()}
+    return f"<{type(value).__name__}>"
+
+
+# ---- rank side --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RankCase:
+    """One case: `fn()` under `name`; `meet=False` skips the ranks' meeting after it."""
+
+    name: str
+    fn: Callable[[], Any]
+    meet: bool = True
+
+
+def _function_of(exc: BaseException) -> str:
+    """The innermost function of the code under test in `exc`'s traceback, else the innermost."""
+    innermost, impl = "", ""
+    tb = exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        name = getattr(code, "co_qualname", code.co_name)
+        innermost = name
+        if str(tb.tb_frame.f_globals.get("__name__", "")).startswith(IMPL_PACKAGE):
+            impl = name
+        tb = tb.tb_next
+    return impl or innermost
+
+
+def _traceback_tail(exc: BaseException) -> str:
+    report = traceback.TracebackException(type(exc), exc, exc.__traceback__)
+    outside = [f for f in report.stack if os.path.dirname(f.filename) + os.sep != _HARNESS_DIR]
+    report.stack = traceback.StackSummary.from_list(outside)
+    return "".join(report.format())[-MAX_TRACEBACK_CHARS:]
+
+
+def error_data(exc: BaseException) -> dict[str, Any]:
+    """What the parent learns of an exception: plain strings, a bool and a time."""
+    return {"type": type(exc).__name__, "message": str(exc)[:MAX_MESSAGE_CHARS],
+            "not_implemented": isinstance(exc, NotImplementedError),
+            "function": _function_of(exc), "traceback": _traceback_tail(exc),
+            "time": time.time()}
+
+
+def capture(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
+    """Run `fn(*args, **kwargs)` in its own error scope; its outcome (see the module doc)."""
+    try:
+        return {"ok": True, "value": plain(fn(*args, **kwargs))}
+    except Exception as exc:  # noqa: BLE001 - every failure is the case's outcome
+        return {"ok": False, "error": error_data(exc)}
+
+
+def _store() -> Any:
+    from torch.distributed import distributed_c10d
+
+    return distributed_c10d._get_default_store()
+
+
+def _meet(ctx: Any, key: str, failure: BaseException | None, sync_timeout: float) -> None:
+    """Wait until every rank has reached `key`; a failed rank gives up after `sync_timeout`."""
+    store = _store()
+    if store.add(key, 1) == ctx.world_size:
+        store.set(f"{key}/all", b"1")
+    while True:
+        try:
+            store.wait([f"{key}/all"], timedelta(seconds=sync_timeout))
+            return
+        except Exception:  # noqa: BLE001 - torch raises a RuntimeError subclass on timeout
+            if failure is not None:
+                # The others are held elsewhere, most likely in a collective this rank never
+                # joined: end the launch with the cause rather than let them wait for ever.
+                raise failure from None
+
+
+def run_cases(ctx: Any, cases: Iterable[RankCase | tuple[str, Callable[[], Any]]], *,
+              sync_timeout: float = SYNC_TIMEOUT_S) -> dict[str, dict[str, Any]]:
+    """Run each case in its own error scope, meeting the other ranks after each; {name: outcome}.
+
+    Call it with the same cases in the same order on every rank (see the module doc)."""
+    _meetings[0] += 1
+    prefix = f"mlsys-cases/{_meetings[0]}"
+    out: dict[str, dict[str, Any]] = {}
+    pending: BaseException | None = None  # a failure not yet followed by a meeting
+    for index, case in enumerate(cases):
+        if not isinstance(case, RankCase):
+            case = RankCase(*case)
+        if case.name in out:
+            raise ValueError(f"two cases are named {case.name!r}; names must be unique")
+        try:
+            out[case.name] = {"ok": True, "value": plain(case.fn())}
+        except Exception as exc:  # noqa: BLE001 - every failure is the case's outcome
+            out[case.name] = {"ok": False, "error": error_data(exc)}
+            pending = pending or exc
+        if case.meet and ctx.world_size > 1:
+            _meet(ctx, f"{prefix}/{index}", pending, sync_timeout)
+            pending = None
+    if pending is not None and ctx.world_size > 1:
+        _meet(ctx, f"{prefix}/end", pending, sync_timeout)
+    return out
+
+
+# ---- parent side ------------------------------------------------------------------------------
+
+def _where(rank: int | None, world_size: int | None) -> str:
+    if rank is None:
+        return ""
+    return f"rank {rank}" + (f" of {world_size}" if world_size else "")
+
+
+def raise_error(error: Mapping[str, Any], what: str, *, rank: int | None = None,
+                world_size: int | None = None) -> None:
+    """Raise in the parent what a case raised in a rank (see the module doc)."""
+    kind, message = str(error.get("type", "Exception")), str(error.get("message", ""))
+    function, trace = str(error.get("function", "")), str(error.get("traceback", ""))
+    first = message.strip().splitlines()[0] if message.strip() else ""
+    where = _where(rank, world_size)
+    context = ", ".join(part for part in (what, where) if part)
+    details = f"\n--- {where or 'rank'}: traceback ---\n{trace}" if trace else ""
+    fields: dict[str, Any] = dict(rank=-1 if rank is None else rank, exc_type=kind,
+                                  message=message, traceback=trace, output_tail="")
+    if error.get("not_implemented"):
+        if function and not first.startswith(function):
+            first = f"{function}" + (f" ({first})" if first else "")
+        cause = f"not implemented yet: {first or 'NotImplementedError'}"
+        raise NotImplementedInRank(f"{cause} [{context}]{details}" if context else
+                                   f"{cause}{details}", **fields)
+    inside = f" in {function}" if function and function not in what else ""
+    lead = f"[{where}] " if where else ""
+    raise RankFailure(f"{lead}{what or 'the call'} raised {kind}{inside}: {first}{details}",
+                      **fields)
+
+
+def case_value(outcome: Mapping[str, Any] | None, what: str = "", *, rank: int | None = None,
+               world_size: int | None = None) -> Any:
+    """The value of one rank's outcome, or the case's exception raised here (see the module
+    doc). `what` names the call for the message; None (the rank skipped the case) gives None."""
+    if outcome is None:
+        return None
+    if outcome.get("ok"):
+        return outcome.get("value")
+    raise_error(outcome.get("error") or {}, what, rank=rank, world_size=world_size)
+    return None  # unreachable: raise_error always raises
+
+
+def case_values(rank_outcomes: Sequence[Mapping[str, Any] | None], name: str,
+                what: str | None = None) -> list[Any]:
+    """Every rank's value of case `name` (`rank_outcomes[r]` is what rank r's run_cases
+    returned); if it failed on any rank, the earliest failure is raised."""
+    world_size = len(rank_outcomes)
+    outcomes = [None if per_rank is None else per_rank.get(name) for per_rank in rank_outcomes]
+    failed = [(float((o.get("error") or {}).get("time", 0.0)), rank, o)
+              for rank, o in enumerate(outcomes) if o is not None and not o.get("ok")]
+    if failed:
+        _, rank, outcome = min(failed, key=lambda item: (item[0], item[1]))
+        case_value(outcome, name if what is None else what,
+                   rank=rank if world_size > 1 else None, world_size=world_size)
+    return [case_value(o) for o in outcomes]
+
+
+# ---- one launch per key -----------------------------------------------------------------------
+
+class Memo:
+    """Expensive calls (launches) by key: the first `get` runs `make()`, later ones reuse its
+    value, or raise again the AssertionError it raised (every LaunchError is one).
+
+    Tests that judge aspects of one launch share it this way, and a launch that failed (a stub,
+    a crash, a hang) fails each of them at once with the same reason. `explain(exc)` may
+    rewrite a remembered error. After a RankTimeout, `timeout(t)` shortens later launches to
+    `hang_timeout`: a deadlock is rarely limited to one configuration.
+    """
+
+    def __init__(self, *, explain: Callable[[AssertionError], AssertionError] | None = None,
+                 hang_timeout: float | None = None) -> None:
+        self._outcomes: dict[Hashable, Any] = {}
+        self._explain = explain
+        self._hang_timeout = hang_timeout
+        self.seen_timeout = False
+
+    def timeout(self, seconds: float) -> float:
+        """`seconds`, or `hang_timeout` if shorter and a launch here already timed out."""
+        if self.seen_timeout and self._hang_timeout is not None:
+            return min(seconds, self._hang_timeout)
+        return seconds
+
+    def get(self, key: Hashable, make: Callable[[], T]) -> T:
+        if key not in self._outcomes:
+            try:
+                self._outcomes[key] = make()
+            except AssertionError as exc:
+                self.seen_timeout |= isinstance(exc, RankTimeout)
+                self._outcomes[key] = self._explain(exc) if self._explain else exc
+        outcome = self._outcomes[key]
+        if isinstance(outcome, AssertionError):
+            raise outcome
+        return outcome

@@ -1,0 +1,188 @@
+"""harness.cases: one launch, many cases, each failing alone; the parent gets values or errors."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from harness import NotImplementedInRank, RankFailure, launch
+from harness.cases import Memo, RankCase, capture, case_value, case_values, plain, run_cases
+from harness.commlog import CommRecord, windows
+from harness.impl import ImplSpec
+from harness.payload import check_plain
+
+STUB = ImplSpec(kind="dir", root=os.path.join(os.path.dirname(__file__), "fixtures", "impl",
+                                              "tree", "assignments"), text="fixture:stub")
+
+
+# -- rank functions -------------------------------------------------------------------------------
+def rank_mixed(ctx):
+    calc = ctx.impl_module("demo", "calc")
+
+    def stubbed():
+        return calc.compute(3) + 1
+
+    def broken():
+        return {"x": [1, 2]}["y"]
+
+    return run_cases(ctx, [("value", lambda: {"t": torch.ones(2), "n": (1, 2.5)}),
+                           ("stub", stubbed), ("broken", broken),
+                           ("after", lambda: ctx.rank)])
+
+
+def rank_one_rank_fails(ctx):
+    """Case "bad" raises on rank 1 only, before any communication; the others then all-reduce
+    in the next case, which must still work."""
+    def bad():
+        if ctx.rank == 1:
+            raise ValueError("only rank 1 is wrong")
+        return ctx.rank
+
+    def collective():
+        t = torch.tensor([float(ctx.rank)])
+        dist.all_reduce(t)
+        return t
+
+    return run_cases(ctx, [("bad", bad), ("collective", collective)])
+
+
+def rank_stuck_in_collective(ctx):
+    """Rank 1 raises while rank 0 waits in a collective it never joins: the launch must end."""
+    def case():
+        if ctx.rank == 1:
+            raise ValueError("rank 1 gave up before the all-reduce")
+        dist.all_reduce(torch.zeros(1))
+
+    return run_cases(ctx, [("case", case), ("next", lambda: 1)], sync_timeout=1.0)
+
+
+def rank_unmet(ctx):
+    """Two cases for disjoint halves without a meeting between them, then one for all."""
+    def half(members):
+        def run():
+            if ctx.rank not in members:
+                return None
+            group_sum = torch.tensor([1.0])
+            return float(group_sum.item()) * len(members)
+        return run
+
+    return run_cases(ctx, [RankCase("first", half((0,)), meet=False),
+                           RankCase("second", half((1,))), ("all", lambda: "ok")])
+
+
+# -- tests --------------------------------------------------------------------------------------
+def test_values_errors_and_stubs_each_in_their_own_case():
+    outcomes = launch(rank_mixed, world_size=1, impl=STUB).values[0]
+    check_plain(outcomes)
+    assert outcomes["value"]["ok"]
+    value = case_value(outcomes["value"], "value")
+    assert torch.equal(value["t"], torch.ones(2)) and value["n"] == [1, 2.5]
+    assert case_value(outcomes["after"], "after") == 0
+
+    stub = outcomes["stub"]["error"]
+    assert stub["not_implemented"] and stub["type"] == "NotImplementedError"
+    assert stub["function"] == "compute"
+    assert "harness/cases.py" not in stub["traceback"] and "calc.py" in stub["traceback"]
+    with pytest.raises(NotImplementedInRank) as caught:
+        case_value(outcomes["stub"], "compute(3) + 1")
+    first = str(caught.value).splitlines()[0]
+    assert first.startswith("not implemented yet: compute: see README §1"), first
+
+    broken = outcomes["broken"]["error"]
+    assert not broken["not_implemented"] and broken["type"] == "KeyError"
+    with pytest.raises(RankFailure) as caught:
+        case_value(outcomes["broken"], "the lookup", rank=0, world_size=1)
+    assert not isinstance(caught.value, NotImplementedInRank)
+    first = str(caught.value).splitlines()[0]
+    assert first.startswith("[rank 0 of 1] the lookup raised KeyError in"), first
+
+
+def test_a_case_failing_on_one_rank_fails_that_case_only():
+    started = time.monotonic()
+    result = launch(rank_one_rank_fails, world_size=3, timeout=60)
+    assert time.monotonic() - started < 30
+    with pytest.raises(RankFailure, match=r"^\[rank 1 of 3\] bad raised ValueError"):
+        case_values(result.values, "bad")
+    assert [t.item() for t in case_values(result.values, "collective")] == [3.0] * 3
+    # the meeting goes through the store: nothing in the log, nothing a Forbid could refuse
+    assert all(r.op != "all_reduce" or r.numel == 1 for rank in result.comm for r in rank)
+    assert sum(r.op == "all_reduce" for r in result.comm[0]) == 1
+
+
+def test_a_rank_stuck_in_a_collective_ends_the_launch_with_the_cause():
+    started = time.monotonic()
+    with pytest.raises(RankFailure, match="rank 1 of 2 raised ValueError: rank 1 gave up"):
+        launch(rank_stuck_in_collective, world_size=2, timeout=60)
+    assert time.monotonic() - started < 30
+
+
+def test_cases_without_a_meeting_still_keep_the_ranks_in_step():
+    result = launch(rank_unmet, world_size=2)
+    assert case_values(result.values, "first") == [1.0, None]
+    assert case_values(result.values, "second") == [None, 1.0]
+    assert case_values(result.values, "all") == ["ok", "ok"]
+
+
+def test_capture_and_duplicate_names():
+    assert capture(lambda x: x * 2, 4) == {"ok": True, "value": 8}
+    outcome = capture(lambda: 1 / 0)
+    assert not outcome["ok"] and outcome["error"]["type"] == "ZeroDivisionError"
+    with pytest.raises(RankFailure, match="divide raised ZeroDivisionError"):
+        case_value(outcome, "divide")
+    assert case_value(None, "skipped") is None
+
+    class Ctx:
+        world_size = 1
+
+    with pytest.raises(ValueError, match="two cases are named 'a'"):
+        run_cases(Ctx(), [("a", lambda: 1), ("a", lambda: 2)])
+
+
+def test_plain_leaves_only_plain_data():
+    class Odd:
+        pass
+
+    x = torch.ones(2, requires_grad=True)
+    value = plain({"t": x * 2, "tuple": (1, (2, 3)), 3: Odd(), (1, 2): None,
+                   "np": torch.tensor(5).numpy()[()]})
+    check_plain(value)
+    assert not value["t"].requires_grad
+    assert value["tuple"] == [1, [2, 3]] and value[3] == "<Odd>" and value["(1, 2)"] is None
+    assert value["np"] == 5 and type(value["np"]) is int
+    deep: list = []
+    deep.append(deep)
+    check_plain(plain(deep))
+
+
+def test_memo_remembers_values_and_errors():
+    calls = []
+    memo = Memo(hang_timeout=5.0)
+
+    def make(value):
+        calls.append(value)
+        if value == "bad":
+            raise AssertionError("launch failed")
+        return value
+
+    assert memo.get(1, lambda: make("good")) == memo.get(1, lambda: make("again")) == "good"
+    for _ in range(2):
+        with pytest.raises(AssertionError, match="launch failed"):
+            memo.get(2, lambda: make("bad"))
+    assert calls == ["good", "bad"]
+    assert memo.timeout(60.0) == 60.0
+
+
+def test_windows_cut_the_log_at_marks():
+    records = [CommRecord(op="send", numel=1), CommRecord(op="mark", label="step 0"),
+               CommRecord(op="send", numel=2), CommRecord(op="mark", label="inner"),
+               CommRecord(op="recv", numel=3), CommRecord(op="mark", label="step 1"),
+               CommRecord(op="send", numel=4), CommRecord(op="mark", label="step 0"),
+               CommRecord(op="send", numel=5)]
+    assert {k: [r.numel for r in v] for k, v in windows(records).items()} == {
+        "step 0": [2, 5], "inner": [3], "step 1": [4]}
+    steps = windows(records, "step ")
+    assert [r.op for r in steps["step 0"]] == ["send", "mark", "recv", "send"]
