@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 
 from grader.manifest import REPO_ROOT, load_manifest
@@ -45,40 +44,37 @@ class WayResult:
 
 
 def run_way(todo: list, together: bool, jobs: int, echo: Callable[[str], None]) -> WayResult:
-    from grader.instructor.selfcheck import batches, judge_mutant, judge_solution, run_batch
+    from grader.instructor.selfcheck import batches, judge_mutant, judge_solution, run_all
 
     result = WayResult()
     sessions = batches(todo, together=together)
-    result.sessions = len(sessions)
+
+    def on_batch(batch, views) -> None:
+        result.sessions += 1
+        seen_wall = 0.0
+        for job, session in views:
+            seen_wall += session.wall_s
+            if job.kind == "mutant":
+                caught, problems = judge_mutant(session, job.impl.text)
+                verdict = caught.split(": caught by ")[-1].split(" (")[0] if caught \
+                    else f"NOT CAUGHT {problems[:1]}"
+            else:
+                problems = judge_solution(session) if job.kind in ("solution", "margin") else []
+                verdict = "ok" if not problems else f"breach: {problems[0][:80]}"
+            result.verdicts[job.label] = verdict
+        first = views[0][1]
+        timing = dict(first.result.timing) if first.result else {}
+        result.session_s += seen_wall
+        session_clock = timing.get("session", seen_wall)
+        result.startup_s += max(seen_wall - session_clock, 0.0) + timing.get("collected", 0.0)
+        result.forkserver_s += timing.get("forkserver_s", 0.0)
+        result.launch_s += timing.get("launch_s", 0.0)
+        aid = batch.jobs[0].assignment
+        result.per_assignment[aid] = result.per_assignment.get(aid, 0.0) + seen_wall
+        echo(f"  {'new' if together else 'old'}: {batch.label} ({seen_wall:.1f} s)")
+
     start = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(run_batch, b, timeout=900.0, root=REPO_ROOT, suites=None): b
-                   for b in sessions}
-        for future in as_completed(futures):
-            batch = futures[future]
-            views = future.result()
-            seen_wall = 0.0
-            for job, session in views:
-                seen_wall += session.wall_s
-                if job.kind == "mutant":
-                    caught, problems = judge_mutant(session, job.impl.text)
-                    verdict = caught.split(": caught by ")[-1].split(" (")[0] if caught \
-                        else f"NOT CAUGHT {problems[:1]}"
-                else:
-                    problems = judge_solution(session) if job.kind in ("solution", "margin") \
-                        else []
-                    verdict = "ok" if not problems else f"breach: {problems[0][:80]}"
-                result.verdicts[job.label] = verdict
-            first = views[0][1]
-            timing = dict(first.result.timing) if first.result else {}
-            result.session_s += seen_wall
-            session_clock = timing.get("session", seen_wall)
-            result.startup_s += max(seen_wall - session_clock, 0.0) + timing.get("collected", 0.0)
-            result.forkserver_s += timing.get("forkserver_s", 0.0)
-            result.launch_s += timing.get("launch_s", 0.0)
-            aid = batch.jobs[0].assignment
-            result.per_assignment[aid] = result.per_assignment.get(aid, 0.0) + seen_wall
-            echo(f"  {'new' if together else 'old'}: {batch.label} ({seen_wall:.1f} s)")
+    run_all(sessions, on_batch, jobs=jobs, timeout=900.0, root=REPO_ROOT, suites=None)
     result.wall_s = time.perf_counter() - start
     return result
 

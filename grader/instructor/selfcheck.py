@@ -29,7 +29,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -65,7 +65,7 @@ class Job:
     # solution with one public name stubbed: `subject`)
     kind: str
     impl: ImplSpec
-    paths: tuple[Path, ...]
+    paths: tuple[Path | str, ...]  # suite files, or (margin runs) node ids
     variation: tuple[int, int] = (0, 1)  # (seed shift, torch threads per rank)
     subject: str = ""
 
@@ -269,6 +269,58 @@ def batches(todo: list[Job], *, together: bool = True) -> list[Batch]:
     return [Batch(tuple(jobs)) for jobs in grouped.values()] + single
 
 
+def run_all(sessions: list[Batch], on_batch: Callable[[Batch, list[tuple[Job, Session]]], None],
+            *, jobs: int, timeout: float, root: Path, suites: Path | None) -> None:
+    """Run the sessions `jobs` at a time, handing each finished batch to `on_batch`.
+
+    The margin runs wait for their assignment's solution run and rerun only the tests that
+    compared a value with a tolerance there (the others have no margin to show); with none,
+    they are not run and `on_batch` gets no view of them.
+    """
+    def margins_only(batch: Batch) -> bool:
+        return all(job.kind == "margin" for job in batch.jobs)
+
+    deferred: dict[str, list[Batch]] = {}
+    for batch in filter(margins_only, sessions):
+        deferred.setdefault(batch.jobs[0].assignment, []).append(batch)
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        def submit(batch: Batch) -> Future:
+            future = pool.submit(run_batch, batch, timeout=timeout, root=root, suites=suites)
+            owners[future] = batch
+            return future
+
+        owners: dict[Future, Batch] = {}
+        pending = {submit(b) for b in sessions if not margins_only(b)}
+        try:
+            while pending:
+                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    views = future.result()
+                    on_batch(owners.pop(future), views)
+                    for job, session in views:
+                        if job.kind != "solution":
+                            continue
+                        for batch in deferred.pop(job.assignment, []):
+                            narrowed = narrow_to_margins(batch, session.result)
+                            if narrowed is not None:
+                                pending.add(submit(narrowed))
+        except BaseException:  # Ctrl-C or SIGTERM: end the running sessions, start no more
+            pool.shutdown(wait=False, cancel_futures=True)
+            stop_all_sessions()
+            raise
+
+
+def narrow_to_margins(batch: Batch, solution: RunResult | None) -> Batch | None:
+    """The margin batch limited to the tests that recorded a margin in the solution's run
+    (all of them when that run gave no results; None when no test compared with a tolerance)."""
+    if solution is None:
+        return batch
+    nodeids = tuple(t.nodeid for t in solution.tests if t.margin is not None)
+    if not nodeids:
+        return None
+    return Batch(tuple(replace(job, paths=nodeids) for job in batch.jobs))
+
+
 def run_batch(batch: Batch, *, timeout: float, root: Path, suites: Path | None
               ) -> list[tuple[Job, Session]]:
     """Run one session for the batch; each job's view of it, with the session's wall time
@@ -343,22 +395,16 @@ def _run_sessions(course: Course, ids: list[str], root: Path, suites: Path | Non
     echo(f"selfcheck: {len(assignments)} assignment(s), {len(todo)} implementation run(s) in "
          f"{len(sessions)} pytest session(s), {jobs} at a time")
     done = 0
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = {
-            pool.submit(run_batch, batch, timeout=timeout, root=root, suites=suites): batch
-            for batch in sessions
-        }
-        try:
-            for future in as_completed(futures):
-                for job, session in future.result():
-                    done += 1
-                    line = _record(job, session, verdicts[job.assignment], course,
-                                   runs[job.assignment], root)
-                    echo(f"[{done:>{len(str(len(todo)))}}/{len(todo)}] {line}")
-        except BaseException:  # Ctrl-C or SIGTERM: end the running sessions, start no more
-            pool.shutdown(wait=False, cancel_futures=True)
-            stop_all_sessions()
-            raise
+
+    def record(batch: Batch, views: list[tuple[Job, Session]]) -> None:
+        nonlocal done
+        for job, session in views:
+            done += 1
+            line = _record(job, session, verdicts[job.assignment], course, runs[job.assignment],
+                           root)
+            echo(f"[{done:>{len(str(len(todo)))}}/{len(todo)}] {line}")
+
+    run_all(sessions, record, jobs=jobs, timeout=timeout, root=root, suites=suites)
     for aid, found in runs.items():
         report = found.margins
         verdicts[aid]["margins"].breaches += report.breaches()

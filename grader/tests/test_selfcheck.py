@@ -163,7 +163,8 @@ def run_selfcheck(root, together: bool = True):
 def test_selfcheck_passes_a_sound_course(tmp_path, monkeypatch):
     root = make_course(tmp_path, mutants={"off_by_one": 'FEEDBACK = "no"\n'})
     calls = fake_sessions(monkeypatch, {
-        "solutions": session(solution_tests(), impl="solutions"),
+        "solutions": session([with_margin(solution_tests()[0], 0.1), *solution_tests()[1:]],
+                             impl="solutions"),
         "assignments": session(stub_tests()),
         "mutant:toy/off_by_one": session([entry("test_add", "failed", points=2, reason="no")]),
     })
@@ -176,7 +177,7 @@ def test_selfcheck_passes_a_sound_course(tmp_path, monkeypatch):
         *[("solutions", False)] * (1 + len(MARGIN_RUNS))]
     assert "mutant:toy/off_by_one: caught by suites/toy/test_x.py::test_add (no)" in output
     assert "toy         ✓           ✓       ✓         ✓     ✓ 1/1 caught  ✓ 1/1     ✓ 1/1" in output
-    assert "  toy: no toleranced comparison" in output
+    assert "  toy: worst 0.10 in test_x.py::test_add: out" in output
     assert "selfcheck passed in" in output.splitlines()[-1]
 
 
@@ -303,3 +304,17 @@ def test_partial_credit_breaches_name_the_test_that_loses_too_much_or_too_little
     code, output = run_selfcheck(root)
     assert ("suites/toy/test_x.py::test_add declares it exercises add, yet passes with add "
             "stubbed") in output
+
+
+def test_margin_runs_rerun_only_the_tests_that_compared_with_a_tolerance(tmp_path):
+    from grader.instructor.selfcheck import Batch, narrow_to_margins
+
+    root = make_course(tmp_path)
+    course = load_manifest(root / "assignments" / "course.toml")
+    margin_jobs = [j for j in plan(course, [], root, root / "suites") if j.kind == "margin"]
+    batch = Batch((margin_jobs[0],))
+    run = session([with_margin(solution_tests()[0], 0.1), *solution_tests()[1:]]).result
+    narrowed = narrow_to_margins(batch, run)
+    assert narrowed is not None and narrowed.jobs[0].paths == ("suites/toy/test_x.py::test_add",)
+    assert narrow_to_margins(batch, session(solution_tests()).result) is None
+    assert narrow_to_margins(batch, None) is batch
