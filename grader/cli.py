@@ -21,7 +21,9 @@ import sys
 import time
 import types
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from grader.manifest import REPO_ROOT, Course, ManifestError, load_manifest
 from grader.reports import format_table, terminal_report, write_reports
@@ -74,8 +76,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="where results.json, summary.md and junit.xml go (default: grading/)")
     grade.add_argument("--suites", type=Path, default=None,
                        help="folder of hidden suites, <suites>/<id>/ (default: grader/suites)")
-    grade.add_argument("-n", "--workers", type=int, default=2,
-                       help="pytest-xdist workers (0: run in one process; default: 2)")
+    grade.add_argument("-n", "--workers", type=int, default=None,
+                       help="pytest-xdist workers (0: run in one process; default: 0 for one "
+                            "assignment, whose launches already keep the cores busy, else 2)")
     grade.add_argument("--timeout", type=float, default=1800.0,
                        help="seconds before the whole session is killed (default: 1800)")
     grade.add_argument("--sandbox", choices=("off", "on", "strict"), default="off",
@@ -146,32 +149,37 @@ def _grade(args: argparse.Namespace, course: Course) -> int:
     if not paths:
         print("error: no tests to run", file=sys.stderr)
         return 1
-    print(f"grading {impl.argument} on {len(paths)} suite path(s) with {args.workers} "
-          "worker(s)")
+    started = time.perf_counter()
+    workers = args.workers if args.workers is not None else (0 if len(course.select(args.ids))
+                                                              == 1 else 2)
+    print(f"grading {impl.argument} on {len(paths)} suite path(s) with {workers} worker(s)")
     extra = ["--sandbox", args.sandbox, "--screen", args.screen]
     if args.select:
         extra += ["-k", args.select]
-    session = run_session(
-        paths, impl, workers=args.workers, timeout=args.timeout, root=args.root, suites=suites,
-        on_line=_progress_printer(), extra=extra,
-    )
+    # The worksheets (nbgrader, seconds of kernel start-up) are graded beside the suites.
+    worksheets: Future | None = None
+    pool = ThreadPoolExecutor(max_workers=1)
+    if not (args.select or args.no_worksheets):
+        worksheets = pool.submit(_grade_worksheets, course, args.ids, impl, args.root, suites)
+    try:
+        session = run_session(
+            paths, impl, workers=workers, timeout=args.timeout, root=args.root, suites=suites,
+            on_line=_progress_printer(), extra=extra,
+        )
+        extra_tests, worksheet_s = worksheets.result() if worksheets else ((), 0.0)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
     if session.result is None:
         print(f"error: {session.problem}\n--- last lines of the pytest session ---\n"
               f"{session.output_tail}", file=sys.stderr)
         return 1
     titles = {a.id: a.title for a in course.assignments}
-    result = session.result
-    worksheet_s = 0.0
-    if not (args.select or args.no_worksheets):
-        from grader.worksheets.grading import with_worksheet_results
-
-        started = time.perf_counter()
-        result = with_worksheet_results(result, course, args.ids, impl, args.root, suites)
-        worksheet_s = time.perf_counter() - started
+    result = with_extra_tests(session.result, extra_tests)
     write_reports(result, args.out, titles, {"name": course.name, "version": course.version})
     print()
     print(terminal_report(result, titles))
-    print(time_breakdown(session.wall_s, dict(result.timing), worksheet_s))
+    print(time_breakdown(time.perf_counter() - started, session.wall_s, dict(result.timing),
+                         worksheet_s))
     print(f"\nreports written to {args.out}/ (results.json, summary.md, junit.xml)")
     if result.collection_errors:
         print("error: some suites could not be collected (above); run pytest on them "
@@ -183,19 +191,41 @@ def _grade(args: argparse.Namespace, course: Course) -> int:
     return 0
 
 
-def time_breakdown(wall_s: float, timing: dict[str, float], worksheet_s: float) -> str:
-    """One line: where a grade's time went. `timing` is the plugin's (grader/plugin.py); under
-    xdist the forkserver and launch seconds are summed over the workers, which run side by
-    side, so they can add up to more than the wall time."""
-    session = timing.get("session", wall_s)
-    startup = max(wall_s - session, 0.0) + timing.get("collected", 0.0)
+def _grade_worksheets(course: Course, ids: list[str], impl: Any, root: Path,
+                      suites: Path | None) -> tuple[Any, float]:
+    """(worksheet rows, or the WorksheetError of a malformed source; seconds it took)."""
+    from grader.worksheets.grading import WorksheetError, grade_worksheets
+
+    start = time.perf_counter()
+    try:
+        rows: Any = grade_worksheets(course, ids, impl, root, suites, echo=lambda line: None)
+    except WorksheetError as exc:
+        rows = exc
+    return rows, time.perf_counter() - start
+
+
+def with_extra_tests(run: Any, extra: Any) -> Any:
+    """`run` with the worksheet rows added (or, when grading them failed, the reason as a
+    collection error: the instructor's problem, said so)."""
+    from dataclasses import replace
+
+    if isinstance(extra, Exception):
+        return replace(run, collection_errors=run.collection_errors + (f"worksheets: {extra}",))
+    return replace(run, tests=run.tests + tuple(extra))
+
+
+def time_breakdown(total_s: float, session_s: float, timing: dict[str, float],
+                   worksheet_s: float) -> str:
+    """One line: where a grade's time went. `timing` is the plugin's (grader/plugin.py); the
+    worksheets run beside the pytest session; under xdist the forkserver and launch seconds
+    are summed over the workers, which run side by side."""
+    startup = max(session_s - timing.get("session", session_s), 0.0) + timing.get("collected", 0.0)
     forkserver, launches = timing.get("forkserver_s", 0.0), timing.get("launch_s", 0.0)
-    total = wall_s + worksheet_s
-    outside = max(total - launches, 0.0) if total else 0.0
-    share = f"{100 * outside / total:.0f}%" if total else "-"
-    return (f"time: {total:.1f} s — start-up and collection {startup:.1f} s, forkserver "
-            f"{forkserver:.1f} s, launches {launches:.1f} s, worksheets {worksheet_s:.1f} s; "
-            f"outside launches: {share}")
+    outside = max(total_s - launches, 0.0)
+    share = f"{100 * outside / total_s:.0f}%" if total_s else "-"
+    return (f"time: {total_s:.1f} s — suites {session_s:.1f} s (start-up and collection "
+            f"{startup:.1f} s, forkserver {forkserver:.1f} s, launches {launches:.1f} s), "
+            f"worksheets beside them {worksheet_s:.1f} s; outside launches: {share}")
 
 
 def _progress_printer():

@@ -15,12 +15,12 @@ instructors' work, in `grader/instructor/worksheets.py`.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from grader.manifest import Assignment, Course
-from grader.results import NOT_GRADED_HERE, RunResult, TestResult, clip_reason
+from grader.results import NOT_GRADED_HERE, TestResult, clip_reason
 from grader.worksheets.nbgrade import (
     NOTEBOOK,
     Autograded,
@@ -202,14 +202,3 @@ def grade_worksheets(
             results += to_test_results(a, student, cells[a], done)
     order = {a.id: i for i, a in enumerate(course.assignments)}
     return tuple(sorted(results, key=lambda t: order.get(t.assignment, len(order))))
-
-
-def with_worksheet_results(run: RunResult, course: Course, ids: Sequence[str], impl: ImplSpec,
-                           root: Path, suites: Path | None = None,
-                           echo: Callable[[str], None] = print) -> RunResult:
-    """`run` with the worksheet results of the selected assignments added (for `grade`)."""
-    try:
-        extra = grade_worksheets(course, ids, impl, root, suites, echo)
-    except WorksheetError as exc:  # a malformed source: the instructor's problem, said so
-        return replace(run, collection_errors=run.collection_errors + (f"worksheets: {exc}",))
-    return replace(run, tests=run.tests + extra)
