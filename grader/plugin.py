@@ -6,7 +6,7 @@ and reasons to each report's `user_properties`; the controller collects and writ
 
 One session can grade several implementations (`--impl A --impl B ...`): the pytest process
 never imports code under test (it only names it to the ranks), so every graded test is
-parametrized over the implementations (`test_x[impl=mutant:ring_allreduce/n_minus_2_steps]`),
+parametrized over the implementations (`test_x[impl=mutant:<id>/<name>]`),
 with session scope so that pytest runs one implementation's tests together and rebuilds the
 module-scoped fixtures (the shared launches) for each. Results are kept per implementation under
 the test ids a one-implementation session would have, and written as one run each.

@@ -384,7 +384,10 @@ def sources(impl_kind: str, root: Path, assignment: str, modules: Sequence[str],
             notes.append(f"{assignment}/{module}.py is missing (nothing to screen)")
     if impl_kind == "dir" and folder.is_dir():
         course = course_root / "assignments" / assignment
-        for path in sorted(folder.rglob("*.py")):
+        # Siblings only: a module imports what lies beside it; a pull request holds nothing
+        # but the editable modules (pr-apply), and a checkout's subfolders (mutants/) are not
+        # part of the implementation.
+        for path in sorted(folder.glob("*.py")):
             if path in seen:
                 continue
             relative = path.relative_to(folder)
@@ -396,7 +399,9 @@ def sources(impl_kind: str, root: Path, assignment: str, modules: Sequence[str],
     return found
 
 
-_MUTATORS = ("harness.mutation.mutate", "_source.mutate_kernels")
+# The mutators mutants call: the harness's, and one assignment's own helper module (a private
+# module of its mutants folder, named without the folder so no mutant path ships).
+_MUTATORS = ("harness.mutation.mutate", "mutate_kernels")
 
 
 def screen_mutant(mutant_path: Path, solution_path: Path,

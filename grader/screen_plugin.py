@@ -10,8 +10,8 @@ never imports them.
 
 Mutants (`--impl mutant:<id>/<name>`) are screened as what they run (the solution with the
 mutant's replacements) but never gated: a mutant must be caught by the suites, and selfcheck
-would otherwise credit the screen with catching one (`backend_behind_the_log` calls
-`_get_backend` on purpose). `--screen off` (instructor-only; the trusted workflow never passes
+would otherwise credit the screen with catching one (a mutant may call `_get_backend` on
+purpose). `--screen off` (instructor-only; the trusted workflow never passes
 it) turns the gate off too, so `grader adversarial` can prove the defences behind the screen.
 """
 
