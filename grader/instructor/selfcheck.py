@@ -29,11 +29,21 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.compare import MAX_MARGIN
+from grader.instructor.judges import (
+    MarginReport,
+    Verdict,
+    check_signatures,
+    graded,
+    judge_mutant,
+    judge_points,
+    judge_solution,
+    judge_stub,
+    usable,
+)
 from grader.instructor.partial import (
     Variants,
     expected_feedback,
@@ -42,303 +52,31 @@ from grader.instructor.partial import (
     make_variants,
     undeclared,
 )
-from grader.instructor.signatures import compare_files
+from grader.instructor.sessions import (
+    MARGIN_RUNS,
+    Batch,
+    Job,
+    batches,
+    mutant_names,
+    narrow_to_margins,
+    plan,
+    run_all,
+    run_batch,
+    variation_text,
+)
 from grader.manifest import Assignment, Course
 from grader.reports import format_table
-from grader.results import RunResult, error_summary
-from grader.runner import Session, run_session, stop_all_sessions, suite_paths
-from harness.impl import ImplSpec, resolve_impl
+from grader.results import RunResult
+from grader.runner import Session, suite_paths
+
+__all__ = ["CHECKS", "MARGIN_RUNS", "Batch", "Job", "MarginReport", "Verdict", "batches",
+           "judge_mutant", "judge_points", "judge_solution", "judge_stub", "mutant_names",
+           "narrow_to_margins", "plan", "run_all", "run_batch", "selfcheck", "usable",
+           "variation_text"]
+
 
 CHECKS = ("signatures", "points", "solution", "stub", "mutants", "feedback", "partial", "margins",
           "worksheet")
-# The solution's extra runs for the margin check: (seed shift, torch threads per rank). With the
-# graded run (0, 1) that is three draws of every input and both thread counts.
-MARGIN_RUNS: tuple[tuple[int, int], ...] = ((1, 2), (2, 1))
-
-
-@dataclass(frozen=True)
-class Job:
-    """One pytest session of the selfcheck."""
-
-    assignment: str
-    # "solution", "stub", "mutant", "margin" (the solution, inputs varied) or "partial" (the
-    # solution with one public name stubbed: `subject`)
-    kind: str
-    impl: ImplSpec
-    paths: tuple[Path | str, ...]  # suite files, or (margin runs) node ids
-    variation: tuple[int, int] = (0, 1)  # (seed shift, torch threads per rank)
-    subject: str = ""
-
-    @property
-    def label(self) -> str:
-        if self.kind == "mutant":
-            return f"{self.assignment} {self.impl.text}"
-        if self.kind == "partial":
-            return f"{self.assignment} solution with only {self.subject} stubbed"
-        if self.kind == "margin":
-            return f"{self.assignment} solution ({variation_text(self.variation)})"
-        return f"{self.assignment} {self.kind}"
-
-    @property
-    def extra_args(self) -> tuple[str, ...]:
-        shift, threads = self.variation
-        if self.variation == (0, 1):
-            return ()
-        return ("--seed-shift", str(shift), "--rank-threads", str(threads),
-                "-m", "not no_tolerance")
-
-
-def variation_text(variation: tuple[int, int]) -> str:
-    shift, threads = variation
-    return f"seeds shifted by {shift}, {threads} thread{'s' if threads > 1 else ''} per rank"
-
-
-@dataclass
-class MarginReport:
-    """The worst margins of an assignment's solution runs: {(test node id): (ratio, where)}."""
-
-    worst: dict[str, tuple[float, str]] = field(default_factory=dict)
-
-    def add(self, run: RunResult, variation: tuple[int, int]) -> None:
-        for t in _graded(run):
-            if t.margin is None:
-                continue
-            where = f"{t.margin_at} [{variation_text(variation)}]"
-            if t.nodeid not in self.worst or t.margin > self.worst[t.nodeid][0]:
-                self.worst[t.nodeid] = (t.margin, where)
-
-    def breaches(self) -> list[str]:
-        return [
-            f"{nodeid}: the solution uses {ratio:.2f} of its tolerance at {where}; above "
-            f"{MAX_MARGIN} it passes by luck (derive the bound in grader/compare.py)"
-            for nodeid, (ratio, where) in sorted(self.worst.items())
-            if ratio > MAX_MARGIN
-        ]
-
-    @property
-    def worst_ratio(self) -> float:
-        return max((ratio for ratio, _ in self.worst.values()), default=0.0)
-
-    def summary(self) -> str:
-        if not self.worst:
-            return "no toleranced comparison"
-        nodeid, (ratio, where) = max(self.worst.items(), key=lambda item: item[1][0])
-        return f"worst {ratio:.2f} in {nodeid.rsplit('/', 1)[-1]}: {where}"
-
-
-@dataclass
-class Verdict:
-    """The state of one check of one assignment; `breaches` empty means it holds."""
-
-    breaches: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-    ran: bool = False
-    sessions: int = 0
-
-
-def judge_solution(session: Session) -> list[str]:
-    """Breaches of "the solution scores full marks"."""
-    run, problems = _usable(session, "solution")
-    if run is None:
-        return problems
-    return problems + [
-        f"solution fails {t.nodeid}: {t.feedback}" for t in _graded(run) if not t.passed
-    ]
-
-
-def judge_stub(session: Session) -> list[str]:
-    """Breaches of "the stub scores zero, every test failing with not implemented"."""
-    run, problems = _usable(session, "stub")
-    if run is None:
-        return problems
-    for t in _graded(run):
-        if t.passed and not t.points:  # a 0-point gate (the static screen) grades nothing
-            continue
-        if t.passed:
-            problems.append(f"stub passes {t.nodeid}: a test the stub passes grades nothing")
-        elif not t.not_implemented:
-            problems.append(
-                f"stub fails {t.nodeid} for another reason than 'not implemented': {t.feedback}"
-            )
-    return problems
-
-
-def judge_mutant(session: Session, name: str) -> tuple[str, list[str]]:
-    """(who caught the mutant, breaches): a mutant must fail at least one graded test."""
-    run, problems = _usable(session, f"mutant {name}")
-    if run is None:
-        return "", problems
-    failed = [t for t in _graded(run) if not t.passed]
-    if not failed:
-        return "", problems + [f"mutant {name} passes every test: no test catches it"]
-    return f"mutant {name}: caught by {failed[0].nodeid} ({failed[0].feedback})", problems
-
-
-def judge_points(run: RunResult, assignment: Assignment) -> list[str]:
-    """Breaches of "the suites' points add up to the manifest"."""
-    tests = [t for t in run.tests if t.assignment == assignment.id]
-    total = sum(t.points for t in tests)
-    public = sum(t.points for t in tests if t.visibility == "public")
-    problems = []
-    if total != assignment.points:
-        problems.append(
-            f"suites carry {total} points, the manifest says points = {assignment.points}"
-        )
-    if public != assignment.public_points:
-        problems.append(
-            f"public tests carry {public} points, the manifest says "
-            f"public_points = {assignment.public_points}"
-        )
-    return problems
-
-
-def check_signatures(assignment: Assignment, root: Path) -> list[str]:
-    """Stub vs solution API differences for every module of the assignment."""
-    problems = []
-    for module in assignment.modules:
-        stub = root / "assignments" / assignment.id / f"{module}.py"
-        solution = root / "solutions" / assignment.id / f"{module}.py"
-        problems += [f"{module}.py: {d}" for d in compare_files(stub, solution)]
-    return problems
-
-
-def mutant_names(assignment_id: str, root: Path) -> list[str]:
-    """Names of the mutants of an assignment, sorted (`__init__` and `_private` excluded)."""
-    folder = root / "solutions" / assignment_id / "mutants"
-    return sorted(p.stem for p in folder.glob("*.py") if not p.stem.startswith("_"))
-
-
-def plan(course: Course, ids: list[str], root: Path, suites: Path | None,
-         variants: dict[str, Variants] | None = None) -> list[Job]:
-    """Every implementation run: solutions, stubs, the partial-credit variants (when
-    `variants` holds them), margins, mutants."""
-    jobs: list[Job] = []
-    for kind in ("solution", "stub", "partial", "margin", "mutant"):
-        for assignment in course.select(ids):
-            paths = tuple(suite_paths(assignment.id, root, suites))
-            if not paths:
-                continue
-            if kind == "partial":
-                found = (variants or {}).get(assignment.id)
-                if found is not None:
-                    jobs += [Job(assignment.id, "partial", resolve_impl(str(found.path(name))),
-                                 paths, subject=name) for name in found.names]
-            elif kind == "margin":
-                jobs += [Job(assignment.id, "margin", resolve_impl("solutions", root), paths,
-                             variation) for variation in MARGIN_RUNS]
-            elif kind == "mutant":
-                jobs += [
-                    Job(assignment.id, "mutant",
-                        resolve_impl(f"mutant:{assignment.id}/{name}", root), paths)
-                    for name in mutant_names(assignment.id, root)
-                ]
-            else:
-                impl = "solutions" if kind == "solution" else "assignments"
-                jobs.append(Job(assignment.id, kind, resolve_impl(impl, root), paths))
-    return jobs
-
-
-@dataclass(frozen=True)
-class Batch:
-    """Jobs graded by one pytest session: one implementation each, or several at once."""
-
-    jobs: tuple[Job, ...]
-
-    @property
-    def label(self) -> str:
-        if len(self.jobs) == 1:
-            return self.jobs[0].label
-        return f"{self.jobs[0].assignment}: {len(self.jobs)} implementations in one session"
-
-
-def batches(todo: list[Job], *, together: bool = True) -> list[Batch]:
-    """Group the jobs into sessions. `together`: per assignment, the solution, the stub and
-    every mutant share one session (grader/plugin.py grades several implementations in one
-    pytest session); the margin runs keep their own, since their seeds shape collection.
-    Otherwise one session per job (the old way, kept for `bench selfcheck`). Longest first."""
-    if not together:
-        return [Batch((job,)) for job in todo]
-    grouped: dict[str, list[Job]] = {}
-    single: list[Batch] = []
-    for job in todo:
-        if job.kind == "margin":
-            single.append(Batch((job,)))
-        else:
-            grouped.setdefault(job.assignment, []).append(job)
-    return [Batch(tuple(jobs)) for jobs in grouped.values()] + single
-
-
-def run_all(sessions: list[Batch], on_batch: Callable[[Batch, list[tuple[Job, Session]]], None],
-            *, jobs: int, timeout: float, root: Path, suites: Path | None) -> None:
-    """Run the sessions `jobs` at a time, handing each finished batch to `on_batch`.
-
-    The margin runs wait for their assignment's solution run and rerun only the tests that
-    compared a value with a tolerance there (the others have no margin to show); with none,
-    they are not run and `on_batch` gets no view of them.
-    """
-    def margins_only(batch: Batch) -> bool:
-        return all(job.kind == "margin" for job in batch.jobs)
-
-    deferred: dict[str, list[Batch]] = {}
-    for batch in filter(margins_only, sessions):
-        deferred.setdefault(batch.jobs[0].assignment, []).append(batch)
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        def submit(batch: Batch) -> Future:
-            future = pool.submit(run_batch, batch, timeout=timeout, root=root, suites=suites)
-            owners[future] = batch
-            return future
-
-        owners: dict[Future, Batch] = {}
-        pending = {submit(b) for b in sessions if not margins_only(b)}
-        try:
-            while pending:
-                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for future in finished:
-                    views = future.result()
-                    on_batch(owners.pop(future), views)
-                    for job, session in views:
-                        if job.kind != "solution":
-                            continue
-                        for batch in deferred.pop(job.assignment, []):
-                            narrowed = narrow_to_margins(batch, session.result)
-                            if narrowed is not None:
-                                pending.add(submit(narrowed))
-        except BaseException:  # Ctrl-C or SIGTERM: end the running sessions, start no more
-            pool.shutdown(wait=False, cancel_futures=True)
-            stop_all_sessions()
-            raise
-
-
-def narrow_to_margins(batch: Batch, solution: RunResult | None) -> Batch | None:
-    """The margin batch limited to the tests that recorded a margin in the solution's run
-    (all of them when that run gave no results; None when no test compared with a tolerance)."""
-    if solution is None:
-        return batch
-    nodeids = tuple(t.nodeid for t in solution.tests if t.margin is not None)
-    if not nodeids:
-        return None
-    return Batch(tuple(replace(job, paths=nodeids) for job in batch.jobs))
-
-
-def run_batch(batch: Batch, *, timeout: float, root: Path, suites: Path | None
-              ) -> list[tuple[Job, Session]]:
-    """Run one session for the batch; each job's view of it, with the session's wall time
-    shared out by the time each implementation's tests took (start-up to the first)."""
-    first = batch.jobs[0]
-    impls = [job.impl for job in batch.jobs]
-    stop = [job.impl for job in batch.jobs if job.kind == "mutant"]
-    session = run_session(first.paths, impls if len(impls) > 1 else impls[0],
-                          stop_first=stop if len(impls) > 1 else bool(stop),
-                          timeout=timeout + 60.0 * (len(impls) - 1), root=root, suites=suites,
-                          extra=first.extra_args)
-    if len(batch.jobs) == 1:
-        return [(first, session)]
-    views = [session.for_impl(job.impl) for job in batch.jobs]
-    spent = [view.result.duration if view.result else 0.0 for view in views]
-    overhead = max(session.wall_s - sum(spent), 0.0)
-    return [(job, replace(view, wall_s=seconds + (overhead if i == 0 else 0.0)))
-            for i, (job, view, seconds) in enumerate(zip(batch.jobs, views, spent))]
 
 
 def selfcheck(
@@ -509,7 +247,7 @@ def _record(job: Job, session: Session, checks: dict[str, Verdict], course: Cour
         if caught:
             verdict.notes.append(caught)
             feedback = checks["feedback"]
-            said = next(t.feedback for t in _graded(session.result) if not t.passed) \
+            said = next(t.feedback for t in graded(session.result) if not t.passed) \
                 if session.result is not None else ""
             wanted = expected_feedback(root / "solutions" / job.assignment / "mutants" /
                                        f"{name}.py")
@@ -555,32 +293,6 @@ def _table(verdicts: dict[str, dict[str, Verdict]]) -> str:
         row.append(f"{sum(v.seconds for v in checks.values()):.1f} s")
         rows.append(row)
     return format_table(["assignment", *CHECKS, "time"], rows)
-
-
-def _usable(session: Session, what: str) -> tuple[RunResult | None, list[str]]:
-    """The run if it can be judged, plus breaches about the session itself."""
-    problems = []
-    if session.timed_out:
-        problems.append(f"{what}: the session hung and was killed: {session.problem}")
-    elif session.problem:
-        problems.append(f"{what}: {session.problem}")
-    run = session.result
-    if run is not None:
-        problems += [f"{what}: collection error: {error_summary(e)}"
-                     for e in run.collection_errors]
-        if not run.tests:
-            problems.append(f"{what}: no graded test was collected")
-    if run is None and not problems:
-        problems.append(f"{what}: the session produced no results")
-    return run, problems
-
-
-def _graded(run: RunResult) -> list:
-    """Tests that count on this machine (GPU-only tests skipped here do not)."""
-    return [t for t in run.tests if not t.not_graded_here]
-
-
-# --- command line -----------------------------------------------------------------------------
 
 
 def register(sub: argparse._SubParsersAction) -> None:

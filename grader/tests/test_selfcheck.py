@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-import grader.instructor.selfcheck as selfcheck_module
+import grader.instructor.sessions as sessions_module
 from grader.instructor.selfcheck import (
     MARGIN_RUNS,
     MarginReport,
@@ -148,7 +148,7 @@ def fake_sessions(monkeypatch, sessions: dict):
                        results[0] if results else None, problems[0] if problems else "",
                        results)
 
-    monkeypatch.setattr(selfcheck_module, "run_session", fake_run_session)
+    monkeypatch.setattr(sessions_module, "run_session", fake_run_session)
     return calls
 
 

@@ -1,0 +1,203 @@
+"""Selfcheck's sessions: which implementation runs there are, how they are grouped into pytest
+sessions, and how those sessions are run.
+
+Per assignment, one session grades the solution, the stub, the partial-credit variants and every
+mutant (grader/plugin.py parametrizes each test over the implementations; mutants stop at their
+first failure); the margin runs (the solution with seeds shifted and 2 threads per rank) wait
+for the solution's run and rerun only the tests that compared with a tolerance. `together=False`
+gives one session per implementation (the old way, kept for `python -m grader bench selfcheck`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from grader.instructor.partial import (
+    Variants,
+)
+from grader.manifest import Course
+from grader.results import RunResult
+from grader.runner import Session, run_session, stop_all_sessions, suite_paths
+from harness.impl import ImplSpec, resolve_impl
+
+# The solution's extra runs for the margin check: (seed shift, torch threads per rank). With the
+# graded run (0, 1) that is three draws of every input and both thread counts.
+MARGIN_RUNS: tuple[tuple[int, int], ...] = ((1, 2), (2, 1))
+
+
+@dataclass(frozen=True)
+class Job:
+    """One pytest session of the selfcheck."""
+
+    assignment: str
+    # "solution", "stub", "mutant", "margin" (the solution, inputs varied) or "partial" (the
+    # solution with one public name stubbed: `subject`)
+    kind: str
+    impl: ImplSpec
+    paths: tuple[Path | str, ...]  # suite files, or (margin runs) node ids
+    variation: tuple[int, int] = (0, 1)  # (seed shift, torch threads per rank)
+    subject: str = ""
+
+    @property
+    def label(self) -> str:
+        if self.kind == "mutant":
+            return f"{self.assignment} {self.impl.text}"
+        if self.kind == "partial":
+            return f"{self.assignment} solution with only {self.subject} stubbed"
+        if self.kind == "margin":
+            return f"{self.assignment} solution ({variation_text(self.variation)})"
+        return f"{self.assignment} {self.kind}"
+
+    @property
+    def extra_args(self) -> tuple[str, ...]:
+        shift, threads = self.variation
+        if self.variation == (0, 1):
+            return ()
+        return ("--seed-shift", str(shift), "--rank-threads", str(threads),
+                "-m", "not no_tolerance")
+
+
+def variation_text(variation: tuple[int, int]) -> str:
+    shift, threads = variation
+    return f"seeds shifted by {shift}, {threads} thread{'s' if threads > 1 else ''} per rank"
+
+
+def mutant_names(assignment_id: str, root: Path) -> list[str]:
+    """Names of the mutants of an assignment, sorted (`__init__` and `_private` excluded)."""
+    folder = root / "solutions" / assignment_id / "mutants"
+    return sorted(p.stem for p in folder.glob("*.py") if not p.stem.startswith("_"))
+
+
+def plan(course: Course, ids: list[str], root: Path, suites: Path | None,
+         variants: dict[str, Variants] | None = None) -> list[Job]:
+    """Every implementation run: solutions, stubs, the partial-credit variants (when
+    `variants` holds them), margins, mutants."""
+    jobs: list[Job] = []
+    for kind in ("solution", "stub", "partial", "margin", "mutant"):
+        for assignment in course.select(ids):
+            paths = tuple(suite_paths(assignment.id, root, suites))
+            if not paths:
+                continue
+            if kind == "partial":
+                found = (variants or {}).get(assignment.id)
+                if found is not None:
+                    jobs += [Job(assignment.id, "partial", resolve_impl(str(found.path(name))),
+                                 paths, subject=name) for name in found.names]
+            elif kind == "margin":
+                jobs += [Job(assignment.id, "margin", resolve_impl("solutions", root), paths,
+                             variation) for variation in MARGIN_RUNS]
+            elif kind == "mutant":
+                jobs += [
+                    Job(assignment.id, "mutant",
+                        resolve_impl(f"mutant:{assignment.id}/{name}", root), paths)
+                    for name in mutant_names(assignment.id, root)
+                ]
+            else:
+                impl = "solutions" if kind == "solution" else "assignments"
+                jobs.append(Job(assignment.id, kind, resolve_impl(impl, root), paths))
+    return jobs
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Jobs graded by one pytest session: one implementation each, or several at once."""
+
+    jobs: tuple[Job, ...]
+
+    @property
+    def label(self) -> str:
+        if len(self.jobs) == 1:
+            return self.jobs[0].label
+        return f"{self.jobs[0].assignment}: {len(self.jobs)} implementations in one session"
+
+
+def batches(todo: list[Job], *, together: bool = True) -> list[Batch]:
+    """Group the jobs into sessions. `together`: per assignment, the solution, the stub and
+    every mutant share one session (grader/plugin.py grades several implementations in one
+    pytest session); the margin runs keep their own, since their seeds shape collection.
+    Otherwise one session per job (the old way, kept for `bench selfcheck`). Longest first."""
+    if not together:
+        return [Batch((job,)) for job in todo]
+    grouped: dict[str, list[Job]] = {}
+    single: list[Batch] = []
+    for job in todo:
+        if job.kind == "margin":
+            single.append(Batch((job,)))
+        else:
+            grouped.setdefault(job.assignment, []).append(job)
+    return [Batch(tuple(jobs)) for jobs in grouped.values()] + single
+
+
+def run_all(sessions: list[Batch], on_batch: Callable[[Batch, list[tuple[Job, Session]]], None],
+            *, jobs: int, timeout: float, root: Path, suites: Path | None) -> None:
+    """Run the sessions `jobs` at a time, handing each finished batch to `on_batch`.
+
+    The margin runs wait for their assignment's solution run and rerun only the tests that
+    compared a value with a tolerance there (the others have no margin to show); with none,
+    they are not run and `on_batch` gets no view of them.
+    """
+    def margins_only(batch: Batch) -> bool:
+        return all(job.kind == "margin" for job in batch.jobs)
+
+    deferred: dict[str, list[Batch]] = {}
+    for batch in filter(margins_only, sessions):
+        deferred.setdefault(batch.jobs[0].assignment, []).append(batch)
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        def submit(batch: Batch) -> Future:
+            future = pool.submit(run_batch, batch, timeout=timeout, root=root, suites=suites)
+            owners[future] = batch
+            return future
+
+        owners: dict[Future, Batch] = {}
+        pending = {submit(b) for b in sessions if not margins_only(b)}
+        try:
+            while pending:
+                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    views = future.result()
+                    on_batch(owners.pop(future), views)
+                    for job, session in views:
+                        if job.kind != "solution":
+                            continue
+                        for batch in deferred.pop(job.assignment, []):
+                            narrowed = narrow_to_margins(batch, session.result)
+                            if narrowed is not None:
+                                pending.add(submit(narrowed))
+        except BaseException:  # Ctrl-C or SIGTERM: end the running sessions, start no more
+            pool.shutdown(wait=False, cancel_futures=True)
+            stop_all_sessions()
+            raise
+
+
+def narrow_to_margins(batch: Batch, solution: RunResult | None) -> Batch | None:
+    """The margin batch limited to the tests that recorded a margin in the solution's run
+    (all of them when that run gave no results; None when no test compared with a tolerance)."""
+    if solution is None:
+        return batch
+    nodeids = tuple(t.nodeid for t in solution.tests if t.margin is not None)
+    if not nodeids:
+        return None
+    return Batch(tuple(replace(job, paths=nodeids) for job in batch.jobs))
+
+
+def run_batch(batch: Batch, *, timeout: float, root: Path, suites: Path | None
+              ) -> list[tuple[Job, Session]]:
+    """Run one session for the batch; each job's view of it, with the session's wall time
+    shared out by the time each implementation's tests took (start-up to the first)."""
+    first = batch.jobs[0]
+    impls = [job.impl for job in batch.jobs]
+    stop = [job.impl for job in batch.jobs if job.kind == "mutant"]
+    session = run_session(first.paths, impls if len(impls) > 1 else impls[0],
+                          stop_first=stop if len(impls) > 1 else bool(stop),
+                          timeout=timeout + 60.0 * (len(impls) - 1), root=root, suites=suites,
+                          extra=first.extra_args)
+    if len(batch.jobs) == 1:
+        return [(first, session)]
+    views = [session.for_impl(job.impl) for job in batch.jobs]
+    spent = [view.result.duration if view.result else 0.0 for view in views]
+    overhead = max(session.wall_s - sum(spent), 0.0)
+    return [(job, replace(view, wall_s=seconds + (overhead if i == 0 else 0.0)))
+            for i, (job, view, seconds) in enumerate(zip(batch.jobs, views, spent))]
