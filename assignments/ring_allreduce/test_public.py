@@ -125,7 +125,8 @@ def test_ring_reduce_scatter_and_all_gather(launch):
         start, end = bounds[rank]
         assert_close(got["chunk"], total[start:end], what=f"{where} ring_reduce_scatter",
                      hint=f"rank {rank} returns chunk {rank} of the sum")
-        assert got["input_unchanged"], f"{where} ring_reduce_scatter modified its input"
+        assert got["input_unchanged"], (f"{where} ring_reduce_scatter modified its "
+                                        f"input; reduce into a copy (tensor.clone())")
         assert got["returned_input"], f"{where} ring_all_gather must return its argument"
         assert_close(got["gathered"], total, what=f"{where} ring_all_gather",
                      hint="each chunk comes from the rank that owns it")
@@ -154,15 +155,31 @@ def test_ring_all_reduce_cost(launch):
     result = launch(rank_all_reduce, world_size, args=(numel, "sum"), forbid=P2P_ONLY,
                     timeout=TIMEOUT_S)
     budget = 2 * math.ceil(numel / world_size) * (world_size - 1)
+    problems = []  # (severity, how far over, text): bytes, then peers, then message counts
     for rank, records in enumerate(result.comm):
         sends = [r for r in records if r.op in ("send", "isend")]
         successor = (rank + 1) % world_size
         where = f"[rank {rank} of {world_size}] ring_all_reduce"
-        assert len(sends) == 2 * (world_size - 1), (
-            f"{where} sent {len(sends)} messages; a ring sends 2(N-1) = "
-            f"{2 * (world_size - 1)}, one chunk per step")
-        assert all(r.peer == successor for r in sends), (
-            f"{where} sent to ranks {sorted({r.peer for r in sends}, key=str)}; it may only "
-            f"send to its successor, rank {successor}")
-        total = sum(r.numel for r in sends)
-        assert total <= budget, f"{where} sent {total} elements, over the budget of {budget}"
+        total, sent = sum(r.numel for r in sends), sum(r.bytes for r in sends)
+        if total > budget:
+            allowed = budget * (sent // total)  # in bytes
+            problems.append((0, sent - allowed, (
+                f"{where} sent {sent} bytes, {total / budget:.1f}× the ring's budget of "
+                f"{allowed}: send one chunk of about D/N elements per step, never the whole "
+                f"tensor (budget 2·ceil(D/N)·(N-1) = {budget} elements for D={numel}, "
+                f"N={world_size})")))
+        stray = sorted({r.peer for r in sends if r.peer != successor}, key=str)
+        if stray:
+            problems.append((1, len(stray), (
+                f"{where} sent to ranks {stray}; it may only send to its successor, "
+                f"rank {successor}")))
+        if len(sends) != 2 * (world_size - 1):
+            around = ("; send through dist.send/isend/batch_isend_irecv, never around them "
+                      "(e.g. the process group's backend object)" if not sends else "")
+            problems.append((2, abs(len(sends) - 2 * (world_size - 1)), (
+                f"{where} sent {len(sends)} messages; a ring sends 2(N-1) = "
+                f"{2 * (world_size - 1)}, one chunk per step{around}")))
+    if problems:
+        ordered = sorted(problems, key=lambda p: (p[0], -p[1]))
+        more = f" (and {len(ordered) - 1} more below)" if len(ordered) > 1 else ""
+        raise AssertionError("\n".join([ordered[0][2] + more] + [p[2] for p in ordered[1:]]))

@@ -23,6 +23,7 @@ import torch
 
 from grader.compare import assert_close
 from grader.seeds import seeded_generator
+from harness.cases import case_value
 
 CONFIG = {"vocab_size": 61, "hidden": 32, "num_layers": 2, "num_heads": 4, "max_batch": 12,
           "max_len": 40}
@@ -137,3 +138,14 @@ def assert_caches(run: dict, ref: dict, *, hint: str, scale: float = 1.0) -> Non
     for name in ("k_cache", "v_cache"):
         assert_close(run[name], ref[name], scale=scale, hint=hint,
                      what=f"{name} (real slots) after the last step")
+
+
+def answer(outcomes: dict, name: str, what: str, *, expect_error: bool = False) -> Any:
+    """The value of case `name`; where an exception is the expected answer, the name of the
+    exception it raised. A stub is re-raised as "not implemented", any other exception of a
+    case that should return as "<call> raised X: ..."."""
+    outcome = outcomes[name]
+    error = outcome.get("error") or {}
+    if outcome.get("ok") or error.get("not_implemented") or not expect_error:
+        return case_value(outcome, what)
+    return error.get("type", "Exception")

@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from grader.suites.cuda_graph_decode._common import answer
+
 PICK_CASES = {
     "exact": (4, [1, 2, 4, 8]),
     "between": (3, [1, 2, 4, 8]),
@@ -36,22 +38,14 @@ BAD_ARGUMENTS = {"max_batch_size 0": (0, None), "max_batch_size above model.max_
                  "no bucket": (8, [])}
 
 
-def _outcome(call: Any) -> Any:
-    try:
-        return call()
-    except NotImplementedError:
-        raise  # the stub: reported as "not implemented", not as a wrong answer
-    except Exception as exc:  # noqa: BLE001 - the exception type is the answer
-        return type(exc).__name__
-
-
 def rank_buckets(ctx, pick_cases: dict, defaults: list[int], bad: dict) -> dict[str, Any]:
+    """Every call in its own error scope (harness.cases): a stubbed GraphedDecoder does not
+    hide pick_bucket's answers, nor the other way round."""
     from assignments.cuda_graph_decode.model import DecoderConfig, build_model
+    from harness.cases import run_cases
     from harness.graphs import EmulatedGraph
 
     runner = ctx.impl_module("cuda_graph_decode", "runner")
-    picks = {name: _outcome(lambda a=args: runner.pick_bucket(*a))
-             for name, args in pick_cases.items()}
     model = build_model(DecoderConfig(max_batch=48, max_len=8))
 
     def buckets_of(max_batch_size: int, buckets: list[int] | None = None) -> Any:
@@ -59,10 +53,12 @@ def rank_buckets(ctx, pick_cases: dict, defaults: list[int], bad: dict) -> dict[
                                         make_graph=EmulatedGraph)
         return list(decoder.buckets)
 
-    return {"picks": picks,
-            "defaults": {str(n): _outcome(lambda n=n: buckets_of(n)) for n in defaults},
-            "custom": _outcome(lambda: buckets_of(12, [8, 2, 12, 2])),
-            "bad": {name: _outcome(lambda a=args: buckets_of(*a)) for name, args in bad.items()}}
+    cases = [(f"pick/{name}", lambda a=args: runner.pick_bucket(*a))
+             for name, args in pick_cases.items()]
+    cases += [(f"default/{n}", lambda n=n: buckets_of(n)) for n in defaults]
+    cases.append(("custom", lambda: buckets_of(12, [8, 2, 12, 2])))
+    cases += [(f"bad/{name}", lambda a=args: buckets_of(*a)) for name, args in bad.items()]
+    return run_cases(ctx, cases)
 
 
 @pytest.fixture(scope="module")
@@ -71,59 +67,79 @@ def answers(launch) -> dict[str, Any]:
                   args=(PICK_CASES, list(DEFAULTS), BAD_ARGUMENTS)).values[0]
 
 
+def _pick(answers: dict, name: str) -> Any:
+    batch, buckets = PICK_CASES[name]
+    return answer(answers, f"pick/{name}", f"pick_bucket({batch}, {buckets})",
+                  expect_error=EXPECTED_PICK[name] == "ValueError")
+
+
+def _buckets(answers: dict, name: str, max_batch_size: int, buckets: Any = None) -> Any:
+    call = f"GraphedDecoder(model, max_batch_size={max_batch_size}" + (
+        "" if buckets is None else f", buckets={buckets}") + ")"
+    return answer(answers, name, call, expect_error=name.startswith("bad/"))
+
+
 def _check_picks(answers: dict, names: list[str]) -> None:
     for name in names:
-        got, want = answers["picks"][name], EXPECTED_PICK[name]
+        got, want = _pick(answers, name), EXPECTED_PICK[name]
         batch, buckets = PICK_CASES[name]
         assert got == want, (f"pick_bucket({batch}, {buckets}) returned {got!r}, expected "
                              f"{want!r} (the smallest bucket >= batch_size, None above all)")
 
 
+@pytest.mark.exercises("pick_bucket")
 @pytest.mark.points(2)
 def test_pick_bucket_exact_and_between(answers):
     _check_picks(answers, ["exact", "between", "smallest", "largest"])
 
 
+@pytest.mark.exercises("pick_bucket")
 @pytest.mark.points(2)
 def test_pick_bucket_above_the_largest_is_none(answers):
     _check_picks(answers, ["above", "far above", "odd sizes above"])
 
 
+@pytest.mark.exercises("pick_bucket")
 @pytest.mark.points(2)
 def test_pick_bucket_unsorted_and_odd_sizes(answers):
     _check_picks(answers, ["unsorted", "odd sizes", "single"])
 
 
+@pytest.mark.exercises("pick_bucket")
 @pytest.mark.points(1)
 def test_pick_bucket_empty_list(answers):
     _check_picks(answers, ["empty list"])
 
 
+@pytest.mark.exercises("pick_bucket")
 @pytest.mark.points(1)
 def test_pick_bucket_rejects_an_empty_batch(answers):
     _check_picks(answers, ["zero batch", "negative batch"])
 
 
+@pytest.mark.exercises("GraphedDecoder")
 @pytest.mark.points(2)
 def test_default_buckets(answers):
     for n, want in DEFAULTS.items():
-        got = answers["defaults"][str(n)]
+        got = _buckets(answers, f"default/{n}", n)
         assert got == want, (f"GraphedDecoder(model, max_batch_size={n}).buckets is {got!r}, "
                              f"expected {want}: 1, 2, 4, 8, then multiples of 16, all <= "
                              f"max_batch_size")
 
 
+@pytest.mark.exercises("GraphedDecoder")
 @pytest.mark.points(1)
 def test_custom_buckets_sorted_and_distinct(answers):
-    got = answers["custom"]
+    got = _buckets(answers, "custom", 12, [8, 2, 12, 2])
     assert got == [2, 8, 12], (f"buckets=[8, 2, 12, 2] gave decoder.buckets {got!r}, expected "
                                f"the sorted distinct sizes [2, 8, 12]")
 
 
+@pytest.mark.exercises("GraphedDecoder")
 @pytest.mark.points(1)
 def test_bad_bucket_arguments_raise_value_error(answers):
-    for name, got in answers["bad"].items():
-        max_batch_size, buckets = BAD_ARGUMENTS[name]
+    for name, (max_batch_size, buckets) in BAD_ARGUMENTS.items():
+        got = _buckets(answers, f"bad/{name}", max_batch_size, buckets)
         assert got == "ValueError", (
             f"GraphedDecoder(max_batch_size={max_batch_size}, buckets={buckets}) on a model "
             f"with max_batch=48 ({name}): expected ValueError, got {got!r}")

@@ -35,6 +35,7 @@ def _graphed(spec: dict, run: dict) -> list[int]:
     return [i for i, size in enumerate(sizes_of(spec)) if size <= largest]
 
 
+@pytest.mark.exercises("GraphedDecoder")
 @pytest.mark.points(3)
 def test_one_capture_per_bucket(hundred):
     _, run = hundred
@@ -43,6 +44,7 @@ def test_one_capture_per_bucket(hundred):
         f"capture each bucket exactly once")
 
 
+@pytest.mark.exercises("GraphedDecoder")
 @pytest.mark.points(4)
 def test_no_capture_during_100_steps(hundred):
     spec, run = hundred
@@ -52,6 +54,7 @@ def test_no_capture_during_100_steps(hundred):
         f"{next(i for i, c in enumerate(counts) if c) + 1}); capture() once, then only replay")
 
 
+@pytest.mark.exercises("GraphedDecoder")
 @pytest.mark.points(3)
 def test_one_replay_per_graphed_step_none_above(hundred):
     spec, run = hundred
@@ -64,6 +67,7 @@ def test_one_replay_per_graphed_step_none_above(hundred):
             f"an eager model.decode above the largest bucket")
 
 
+@pytest.mark.exercises("GraphedDecoder")
 @pytest.mark.points(4)
 def test_replayed_steps_allocate_only_the_result(hundred):
     spec, run = hundred
@@ -75,6 +79,7 @@ def test_replayed_steps_allocate_only_the_result(hundred):
             f"step computes inside the graph and allocates only the returned copy")
 
 
+@pytest.mark.exercises("GraphedDecoder")
 @pytest.mark.points(1)
 def test_hundred_steps_match_eager(hundred):
     spec, run = hundred
@@ -109,6 +114,7 @@ def reuse(launch) -> dict[str, Any]:
     return launch(rank_reuse, world_size=1, args=(CONFIG,), timeout=60).values[0]
 
 
+@pytest.mark.exercises("GraphedDecoder")
 @pytest.mark.points(3)
 def test_result_survives_the_next_steps(reuse):
     change = float((reuse["first"] - reuse["kept"]).abs().max())
@@ -117,6 +123,7 @@ def test_result_survives_the_next_steps(reuse):
         f"return a copy (clone) of the static output, not a view of it")
 
 
+@pytest.mark.exercises("GraphedDecoder")
 @pytest.mark.points(1)
 def test_second_capture_call_captures_nothing(reuse):
     assert reuse["captures"] == reuse["buckets"], (

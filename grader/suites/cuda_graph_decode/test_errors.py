@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import torch
 
-from grader.suites.cuda_graph_decode._common import CONFIG
+from grader.suites.cuda_graph_decode._common import CONFIG, answer
 
 # name -> (tokens, positions, rows) as lists (2-D where a nested list)
 CASES: dict[str, tuple[Any, Any, Any]] = {
@@ -26,56 +26,56 @@ CASES: dict[str, tuple[Any, Any, Any]] = {
 }
 
 
-def rank_errors(ctx, config: dict, cases: dict) -> dict[str, str]:
-    """For each case, the exception type step() raised, or "no error"."""
+def rank_errors(ctx, config: dict, cases: dict) -> dict[str, dict]:
+    """For each case, step()'s outcome in its own error scope (harness.cases)."""
     from assignments.cuda_graph_decode.model import DecoderConfig, build_model
+    from harness.cases import run_cases
     from harness.graphs import EmulatedGraph
 
     runner = ctx.impl_module("cuda_graph_decode", "runner")
     model = build_model(DecoderConfig(**config), dtype=torch.float64)
     decoder = runner.GraphedDecoder(model, 4, make_graph=EmulatedGraph)
     decoder.capture()
-    outcomes = {}
-    for name, inputs in cases.items():
-        tokens, positions, rows = (torch.tensor(x, dtype=torch.long) for x in inputs)
-        try:
-            decoder.step(tokens, positions, rows)
-            outcomes[name] = "no error"
-        except NotImplementedError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - the type is the answer
-            outcomes[name] = type(exc).__name__
-    return outcomes
+
+    def step(inputs: tuple) -> None:
+        decoder.step(*(torch.tensor(x, dtype=torch.long) for x in inputs))
+
+    return run_cases(ctx, [(name, lambda i=inputs: step(i)) for name, inputs in cases.items()])
 
 
 @pytest.fixture(scope="module")
-def outcomes(launch) -> dict[str, str]:
+def outcomes(launch) -> dict[str, dict]:
     return launch(rank_errors, world_size=1, args=(CONFIG, CASES), timeout=60).values[0]
 
 
-def _check(outcomes: dict[str, str], names: list[str]) -> None:
+def _check(outcomes: dict[str, dict], names: list[str]) -> None:
     for name in names:
-        got = outcomes[name]
-        assert got == "ValueError", f"step() with {name}: expected ValueError, got {got}"
+        got = answer(outcomes, name, f"step() with {name}", expect_error=True)
+        assert got == "ValueError", (f"step() with {name}: expected ValueError, got "
+                                     f"{'no error' if got is None else got}")
 
 
+@pytest.mark.exercises("GraphedDecoder")
 @pytest.mark.points(2)
 def test_empty_or_mismatched_batch(outcomes):
     _check(outcomes, ["empty batch", "tokens longer than rows", "rows longer than positions",
                       "2-D tokens"])
 
 
+@pytest.mark.exercises("GraphedDecoder")
 @pytest.mark.points(2)
 def test_positions_out_of_range(outcomes):
     _check(outcomes, ["position at max_len (the pad position)", "position above max_len",
                       "negative position"])
 
 
+@pytest.mark.exercises("GraphedDecoder")
 @pytest.mark.points(1)
 def test_rows_out_of_range_or_repeated(outcomes):
     _check(outcomes, ["row at max_batch", "negative row", "repeated row"])
 
 
+@pytest.mark.exercises("GraphedDecoder")
 @pytest.mark.points(1)
 def test_tokens_out_of_range(outcomes):
     _check(outcomes, ["token at vocab_size", "negative token"])

@@ -33,6 +33,7 @@ MIN_SPEEDUP = 2.0  # graded; README target is 3x at batch 1
 FLOAT32_SCALE = 10.0  # cuBLAS may pick other kernels for the padded batch than for eager
 
 
+@pytest.mark.exercises("GraphedDecoder")
 @pytest.mark.points(5)
 def test_cuda_graphs_match_eager(launch):
     run = launch(rank_decode, world_size=1, args=(CUDA_SPEC,), timeout=300).values[0]
@@ -77,6 +78,7 @@ def rank_speed(ctx, config: dict, batch: int, steps: int, repeats: int) -> dict[
     return {name: statistics.median(values) for name, values in timings.items()}
 
 
+@pytest.mark.exercises("GraphedDecoder")
 @pytest.mark.points(5)
 def test_graphed_decode_speedup_at_batch_1(launch):
     times = launch(rank_speed, world_size=1, args=(SPEED_CONFIG, 1, 200, 5),

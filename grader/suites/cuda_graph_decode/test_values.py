@@ -19,6 +19,7 @@ from grader.suites.cuda_graph_decode._common import (
     reference,
     sizes_of,
 )
+from harness.cases import Memo
 
 FIRST_SIZES = [1, 2, 3, 5, 8]
 LONG = make_spec(FIRST_SIZES + [4, 7, 10, 6, 3, 8, 12, 2, 5, 1, 7, 3, 6, 4, 8], seed=3)
@@ -31,20 +32,20 @@ PADDING_HINT = ("check that padded slots hold pad entries (position model.pad_po
 
 @pytest.fixture(scope="module")
 def runs(launch):
-    """runs(name) -> (spec, rank result, eager reference); each spec runs once."""
+    """runs(name) -> (spec, rank result, eager reference); each spec runs once, and a launch
+    that failed fails every test of its spec with the same reason (harness.cases.Memo)."""
     specs = {"long": LONG, "custom": CUSTOM, "float32": FLOAT32}
-    cache: dict[str, tuple] = {}
+    memo = Memo()
 
-    def get(name: str) -> tuple[dict, dict, dict]:
-        if name not in cache:
-            spec = specs[name]
-            run = launch(rank_decode, world_size=1, args=(spec,), timeout=120).values[0]
-            cache[name] = (spec, run, reference(spec))
-        return cache[name]
+    def make(name: str) -> tuple[dict, dict, dict]:
+        spec = specs[name]
+        run = launch(rank_decode, world_size=1, args=(spec,), timeout=120).values[0]
+        return spec, run, reference(spec)
 
-    return get
+    return lambda name: memo.get(name, lambda: make(name))
 
 
+@pytest.mark.exercises("GraphedDecoder")
 @pytest.mark.points(2)
 @pytest.mark.parametrize("size", FIRST_SIZES, ids="batch_size={}".format)
 def test_batch_size_matches_eager(runs, size):
@@ -52,6 +53,7 @@ def test_batch_size_matches_eager(runs, size):
     assert_step_logits(run, ref, spec, FIRST_SIZES.index(size), hint=PADDING_HINT)
 
 
+@pytest.mark.exercises("GraphedDecoder")
 @pytest.mark.points(7)
 def test_twenty_steps_of_varying_sizes(runs):
     spec, run, ref = runs("long")
@@ -59,6 +61,7 @@ def test_twenty_steps_of_varying_sizes(runs):
         assert_step_logits(run, ref, spec, index, hint=PADDING_HINT)
 
 
+@pytest.mark.exercises("GraphedDecoder")
 @pytest.mark.points(5)
 def test_kv_cache_after_the_steps_matches_eager(runs):
     _, run, ref = runs("long")
@@ -66,6 +69,7 @@ def test_kv_cache_after_the_steps_matches_eager(runs):
                                  "(position model.pad_position), never a real row's slot")
 
 
+@pytest.mark.exercises("GraphedDecoder")
 @pytest.mark.points(4)
 def test_capture_leaves_the_cache_unchanged(runs):
     _, run, _ = runs("long")
@@ -75,6 +79,7 @@ def test_capture_leaves_the_cache_unchanged(runs):
         f"eagerly, so its entries must be pad entries (position model.pad_position)")
 
 
+@pytest.mark.exercises("GraphedDecoder")
 @pytest.mark.points(3)
 def test_batches_above_the_largest_bucket_match_eager(runs):
     spec, run, ref = runs("long")
@@ -84,6 +89,7 @@ def test_batches_above_the_largest_bucket_match_eager(runs):
                            hint="batches above the largest bucket run model.decode eagerly")
 
 
+@pytest.mark.exercises("GraphedDecoder")
 @pytest.mark.points(3)
 def test_custom_buckets(runs):
     spec, run, ref = runs("custom")
@@ -94,6 +100,7 @@ def test_custom_buckets(runs):
     assert_caches(run, ref, hint="padded entries must write only the pad slot")
 
 
+@pytest.mark.exercises("GraphedDecoder")
 @pytest.mark.points(1)
 def test_float32_model(runs):
     spec, run, ref = runs("float32")

@@ -14,8 +14,10 @@ import torch
 from grader.compare import assert_close
 from grader.seeds import seeded_generator
 from grader.suites.ring_allreduce._common import (
+    FAILURE_HINTS,
     HANG_TIMEOUT_S,
     SHIFT_ONLY,
+    SUBGROUP_HANG,
     Case,
     blocking_deadlock,
     case_results,
@@ -52,13 +54,13 @@ def build_cases(world_size: int, groups: tuple[tuple[int, ...], ...] = ((),)) ->
 @pytest.fixture(scope="module")
 def shifts(launch):
     """key -> (cases, LaunchResult): key is a world size, or "subgroups" (4 ranks)."""
-    memo = launch_memo()
+    memo, subgroup_memo = launch_memo(), launch_memo((SUBGROUP_HANG, *FAILURE_HINTS))
 
     def run(key):
         world_size, groups = (4, SUBGROUPS) if key == "subgroups" else (key, ((),))
         cases = build_cases(world_size, groups)
         group_list = [g for g in groups if g]
-        result = memo.get(key, lambda: launch(
+        result = (subgroup_memo if key == "subgroups" else memo).get(key, lambda: launch(
             run_cases, world_size, args=(group_list,), rank_args=rank_args(cases, world_size),
             forbid=SHIFT_ONLY, timeout=HANG_TIMEOUT_S))
         return cases, result

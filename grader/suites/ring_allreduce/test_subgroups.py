@@ -18,6 +18,7 @@ from grader.suites.ring_allreduce._common import (
     check_all,
     gather_case,
     launch_memo,
+    raise_cost_problems,
     rank_args,
     reduction_case,
     ring_cost_problems,
@@ -96,7 +97,5 @@ def test_subgroup_traffic_stays_in_the_group_ring(subgroups):
         per_rank = {rank: logs[rank].get(f"case {index}", []) for rank in members}
         phases = 2 if case.call == "all_reduce" else 1
         problems += ring_cost_problems(per_rank, members, case.inputs[0].numel(), phases,
-                                       case.label, WORLD_SIZE)
-    if problems:
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise AssertionError(problems[0] + more)
+                                       case.label, WORLD_SIZE, case.inputs[0].element_size())
+    raise_cost_problems(problems)

@@ -23,6 +23,7 @@ from grader.suites.ring_allreduce._common import (
     check_all,
     gather_case,
     launch_memo,
+    raise_cost_problems,
     rank_args,
     reduction_case,
     ring_cost_problems,
@@ -151,7 +152,6 @@ def test_ring_traffic_within_budget(sweep, world_size):
         members = case.members(world_size)
         per_rank = {rank: logs[rank].get(f"case {index}", []) for rank in members}
         phases = 2 if case.call == "all_reduce" else 1
-        problems += ring_cost_problems(per_rank, members, numel, phases, case.label, world_size)
-    if problems:
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise AssertionError(problems[0] + more)
+        problems += ring_cost_problems(per_rank, members, numel, phases, case.label, world_size,
+                                       case.inputs[0].element_size())
+    raise_cost_problems(problems)

@@ -2,6 +2,7 @@
 from harness.mutation import mutate
 
 MUTATES = "runner"
+FEEDBACK = "the smallest bucket >= batch_size"
 mutate(globals(), "cuda_graph_decode", "runner", replace=[
     ("    fitting = [bucket for bucket in buckets if bucket >= batch_size]\n"
      "    return min(fitting) if fitting else None",

@@ -2,6 +2,7 @@
 from harness.mutation import mutate
 
 MUTATES = "runner"
+FEEDBACK = "above the largest bucket, run model.decode eagerly"
 mutate(globals(), "cuda_graph_decode", "runner", replace=[
     ("        bucket = pick_bucket(batch, self.buckets)\n",
      "        bucket = pick_bucket(batch, self.buckets) or self.buckets[-1]\n"),

@@ -2,6 +2,7 @@
 from harness.mutation import mutate
 
 MUTATES = "runner"
+FEEDBACK = ("capture() changed real slots", "pad entries")
 mutate(globals(), "cuda_graph_decode", "runner", replace=[
     ("        self._pad_from(0, self.buckets[-1])\n", ""),
     ("        self._positions = torch.full((largest,), model.pad_position, dtype=torch.long,\n"

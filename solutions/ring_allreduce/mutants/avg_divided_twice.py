@@ -2,6 +2,7 @@
 from harness.mutation import mutate
 
 MUTATES = "ring"
+FEEDBACK = "divide by N exactly once"
 mutate(globals(), "ring_allreduce", "ring", replace=[
     ("    _reduce_scatter_(flat, op, ring, bounds)\n    _all_gather_(flat, ring, bounds)",
      "    _reduce_scatter_(flat, op, ring, bounds)\n    if op == 'avg':\n"

@@ -4,6 +4,7 @@ import torch.distributed as dist
 from harness.mutation import mutate
 
 MUTATES = "ring"
+FEEDBACK = ("all_reduce is forbidden", "point-to-point")
 mutate(globals(), "ring_allreduce", "ring")
 
 _REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,

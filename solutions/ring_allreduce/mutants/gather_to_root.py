@@ -6,6 +6,7 @@ import torch.distributed as dist
 from harness.mutation import mutate
 
 MUTATES = "ring"
+FEEDBACK = ("bytes", "budget", "never the whole tensor")
 mutate(globals(), "ring_allreduce", "ring")
 
 

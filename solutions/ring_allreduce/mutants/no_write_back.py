@@ -2,6 +2,7 @@
 from harness.mutation import mutate
 
 MUTATES = "ring"
+FEEDBACK = "copy the result back through the view"
 mutate(globals(), "ring_allreduce", "ring")
 
 

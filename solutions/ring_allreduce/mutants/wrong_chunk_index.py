@@ -2,6 +2,7 @@
 from harness.mutation import mutate
 
 MUTATES = "ring"
+FEEDBACK = "check the chunk indices"
 mutate(globals(), "ring_allreduce", "ring", replace=[
     ("send_start, send_end = bounds[(ring.position - step - 1) % n]",
      "send_start, send_end = bounds[(ring.position - step) % n]"),
