@@ -3,8 +3,9 @@
 Every unit test module builds a dict of *probes* in the parent — calls of one function of the
 module under test with inputs made here — and runs all of them in one rank (`run_probes`, a
 module-scoped fixture's single launch). The rank catches each probe's exception separately, so a
-student who has written compute_gae but not ppo_clip_loss still earns the GAE points; `result`
-turns a failed probe back into the harness's own errors ("not implemented" for a stub).
+student who has written compute_gae but not ppo_clip_loss still earns the GAE points: each probe
+is one case of `harness.cases.run_cases`, and `result` turns a failed probe back into the
+harness's own errors (`case_value`: "not implemented yet: <function>" for a stub).
 
 A probe is a plain dict:
     fn       name of the function in ppo.py
@@ -23,13 +24,13 @@ The CartPole learning test lives in test_z_learning.py: the name sorts last, so 
 
 from __future__ import annotations
 
-import traceback
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from grader.compare import assert_close
-from harness.errors import NotImplementedInRank, RankFailure
+from harness.cases import case_value, run_cases
 
 PROBE_TIMEOUT = 120.0
 F64 = torch.float64
@@ -43,18 +44,10 @@ def probe(fn: str, *args: Any, grad: tuple[int, ...] = (), weights: torch.Tensor
 
 # -- rank side ----------------------------------------------------------------------------------
 def rank_probes(ctx: Any, probes: dict[str, dict]) -> dict[str, dict]:
-    """Runs in the rank: every probe of `probes`, each with its own try/except."""
+    """Runs in the rank: every probe of `probes`, each in its own error scope (harness.cases)."""
     ppo = ctx.impl_module("ppo", "ppo")
-    out: dict[str, dict] = {}
-    for key, spec in probes.items():
-        try:
-            out[key] = {"ok": True, **_call(ppo, spec)}
-        except Exception as exc:  # noqa: BLE001 - every failure is reported per probe
-            out[key] = {"ok": False, "exc_type": type(exc).__name__,
-                        "message": str(exc)[:500],
-                        "not_implemented": isinstance(exc, NotImplementedError),
-                        "traceback": traceback.format_exc()[-2000:]}
-    return out
+    return run_cases(ctx, [(key, lambda spec=spec: _call(ppo, spec))
+                           for key, spec in probes.items()])
 
 
 def _call(ppo: Any, spec: dict) -> dict[str, Any]:
@@ -71,20 +64,7 @@ def _call(ppo: Any, spec: dict) -> dict[str, Any]:
             total = (out * weights).sum() if weights is not None else out.sum()
             total.backward()
             grads = {i: args[i].grad for i in spec["grad"]}
-    return {"result": _plain(result), "grads": grads}
-
-
-def _plain(value: Any) -> Any:
-    """Only plain data leaves the rank; anything else becomes a descriptive string."""
-    if isinstance(value, torch.Tensor):
-        return value.detach()
-    if isinstance(value, (bool, int, float, str)) or value is None:
-        return value
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    return f"<{type(value).__name__}>"
+    return {"result": result, "grads": grads}
 
 
 # -- parent side ---------------------------------------------------------------------------------
@@ -94,15 +74,19 @@ def run_probes(launch: Any, probes: dict[str, dict]) -> dict[str, dict]:
 
 def result(results: dict[str, dict], key: str, what: str) -> dict[str, Any]:
     """The probe's {"result", "grads"}; re-raises a failed probe as the harness would."""
-    got = results[key]
-    if got["ok"]:
-        return got
-    first = got["message"].splitlines()[0] if got["message"] else got["exc_type"]
-    fields = dict(rank=0, exc_type=got["exc_type"], message=got["message"],
-                  traceback=got["traceback"], output_tail="")
-    if got["not_implemented"]:
-        raise NotImplementedInRank(f"not implemented yet: {first}", **fields)
-    raise RankFailure(f"{what} raised {got['exc_type']}: {first}\n{got['traceback']}", **fields)
+    return case_value(results[key], what)
+
+
+def error_of(results: dict[str, dict], key: str) -> dict[str, Any] | None:
+    """The probe's exception as data ({"type", "message", ...}), None if it returned; a stub
+    re-raises as "not implemented"."""
+    outcome = results[key]
+    if outcome.get("ok"):
+        return None
+    error = outcome.get("error") or {}
+    if error.get("not_implemented"):
+        case_value(outcome, key)
+    return error
 
 
 def tensor_of(value: Any, what: str) -> torch.Tensor:
@@ -114,12 +98,40 @@ def tensor_of(value: Any, what: str) -> torch.Tensor:
     raise AssertionError(f"{what}: expected a tensor, got {value!r:.80}")
 
 
+def said(*, hint: str) -> str:
+    """`hint`, marked as text for students: the hint= keyword keeps a hidden suite's string
+    in the reason a student reads (grader/reasons.py scrubs other string constants)."""
+    return hint
+
+
 def close(actual: Any, expected: torch.Tensor, what: str, hint: str = "",
-          scale: float = 1.0) -> None:
-    """Compare at float32 tolerance, whatever dtype came back (shape must match)."""
+          scale: float = 1.0,
+          slips: Sequence[tuple[torch.Tensor, str]] = ()) -> None:
+    """Compare at float32 tolerance, whatever dtype came back (shape must match).
+
+    `slips` are (what a known mistake returns, what to tell its author): when `actual` is wrong
+    but matches one of them, that message replaces `hint`, so the first line names the cause."""
     actual = tensor_of(actual, what)
-    assert_close(actual.to(F64), expected.to(F64), what=what, hint=hint, dtype=torch.float32,
-                 scale=scale, check_dtype=False)
+    try:
+        assert_close(actual.to(F64), expected.to(F64), what=what, hint=hint,
+                     dtype=torch.float32, scale=scale, check_dtype=False)
+        return
+    except AssertionError:
+        cause = matching_slip(actual, slips)
+        if cause is None:
+            raise
+    assert_close(actual.to(F64), expected.to(F64), what=what, hint=cause,
+                 dtype=torch.float32, scale=scale, check_dtype=False)
+
+
+def matching_slip(actual: torch.Tensor, slips: Sequence[tuple[torch.Tensor, str]]
+                  ) -> str | None:
+    """The message of the first slip whose value `actual` matches (float32-loose), else None."""
+    for value, message in slips:
+        if tuple(value.shape) == tuple(actual.shape) and bool(torch.allclose(
+                actual.to(F64), value.to(F64), rtol=1e-4, atol=1e-4, equal_nan=True)):
+            return message
+    return None
 
 
 def finite(actual: Any, what: str, hint: str = "") -> torch.Tensor:

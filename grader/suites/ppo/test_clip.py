@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from grader.seeds import seeded_generator
-from grader.suites.ppo._common import F64, close, grad_of, probe, result, run_probes
+from grader.suites.ppo._common import F64, close, grad_of, probe, result, run_probes, said
 
 N = 12
 EPS = 0.2
@@ -113,18 +113,21 @@ def check_case(probes: dict, key: str, ratio: float, sign: float, clipped: bool,
 
 
 @pytest.mark.points(3)
+@pytest.mark.exercises("ppo_clip_loss")
 def test_ratio_one_gives_minus_mean_advantage(probes):
     adv = advantages(30)
     got = result(probes, "ratio_one", "ppo_clip_loss")
     loss, _ = loss_and_stats(got, "ppo_clip_loss")
-    hint = ("at r = 1 the loss is -mean(A) and its gradient -A/N: minimise -A*r, clip the "
-            "ratio r (not A) (README §3)")
+    hint = said(
+        hint=("at r = 1 the loss is -mean(A) and its gradient -A/N: minimise -A*r, clip the "
+            "ratio r (not A) (README §3)"))
     close(loss, -adv.mean(), "ppo_clip_loss at ratio 1", hint)
     close(grad_of(got, 0, "ppo_clip_loss", like=adv), -adv / N,
           "gradient of ppo_clip_loss w.r.t. logp_new at ratio 1", hint)
 
 
 @pytest.mark.points(3)
+@pytest.mark.exercises("ppo_clip_loss")
 def test_no_gradient_when_positive_advantage_ratio_above_band(probes):
     check_case(probes, "pos_high", 1.5, +1.0, True, "with A > 0 and r > 1 + eps",
                "the clipped term -A*(1+eps) is the max there, so the gradient is 0; take the "
@@ -132,20 +135,24 @@ def test_no_gradient_when_positive_advantage_ratio_above_band(probes):
 
 
 @pytest.mark.points(3)
+@pytest.mark.exercises("ppo_clip_loss")
 def test_no_gradient_when_negative_advantage_ratio_below_band(probes):
     check_case(probes, "neg_low", 0.5, -1.0, True, "with A < 0 and r < 1 - eps",
                "the clipped term -A*(1-eps) is the max there, so the gradient is 0 (README §3)")
 
 
 @pytest.mark.points(3)
+@pytest.mark.exercises("ppo_clip_loss")
 def test_full_gradient_outside_band_against_the_advantage(probes):
-    hint = ("when r left the band against A's direction the unclipped term -A*r is the max: "
-            "the full gradient -A*r/N must remain, PPO's pessimistic bound (README §3)")
+    hint = said(
+        hint=("when r left the band against A's direction the unclipped term -A*r is the max: "
+            "the full gradient -A*r/N must remain, PPO's pessimistic bound (README §3)"))
     check_case(probes, "neg_high", 1.5, -1.0, False, "with A < 0 and r > 1 + eps", hint)
     check_case(probes, "pos_low", 0.5, +1.0, False, "with A > 0 and r < 1 - eps", hint)
 
 
 @pytest.mark.points(1)
+@pytest.mark.exercises("ppo_clip_loss")
 def test_loss_on_mixed_inputs(probes):
     new, old, adv = mixed_inputs()
     loss, _ = loss_and_stats(result(probes, "mixed", "ppo_clip_loss"), "ppo_clip_loss")
@@ -154,6 +161,7 @@ def test_loss_on_mixed_inputs(probes):
 
 
 @pytest.mark.points(3)
+@pytest.mark.exercises("ppo_clip_loss")
 def test_statistics_on_known_ratios(probes):
     _, stats = loss_and_stats(result(probes, "stats", "ppo_clip_loss"), "ppo_clip_loss")
     ratios = STATS_RATIOS
@@ -162,9 +170,10 @@ def test_statistics_on_known_ratios(probes):
         "approx_kl": ((ratios - 1) - torch.log(ratios)).mean(),
         "ratio_mean": ratios.mean(),
     }
-    hints = {"clipfrac": "the fraction with |r - 1| > clip_eps, on both sides of the band",
-             "approx_kl": "the mean of (r - 1) - log r (k3), not of log r",
-             "ratio_mean": "the mean of r = exp(logp_new - logp_old)"}
+    hints = {"clipfrac": said(hint="count both sides of the band: the fraction with "
+                                   "|r - 1| > clip_eps"),
+             "approx_kl": said(hint="the mean of (r - 1) - log r (k3), not of log r"),
+             "ratio_mean": said(hint="the mean of r = exp(logp_new - logp_old)")}
     for name, value in expected.items():
         if name not in stats:
             raise AssertionError(f"ppo_clip_loss stats has no {name!r} (keys: {sorted(stats)}); "
@@ -173,12 +182,14 @@ def test_statistics_on_known_ratios(probes):
 
 
 @pytest.mark.points(3)
+@pytest.mark.exercises("ppo_clip_loss")
 def test_padding_never_counts(probes):
     new, old, adv, mask = masked_inputs()
     got = result(probes, "masked", "ppo_clip_loss")
     loss, stats = loss_and_stats(got, "ppo_clip_loss")
     ref_loss, ref_stats = reference(new, old, adv, EPS, mask)
-    hint = "a masked mean over valid tokens only, for the loss and every statistic (README §8)"
+    hint = said(
+        hint="a masked mean over valid tokens only, for the loss and every statistic (README §8)")
     close(loss, ref_loss, "ppo_clip_loss with a padding mask", hint)
     for name, value in ref_stats.items():
         if name in stats:

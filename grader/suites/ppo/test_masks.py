@@ -14,6 +14,7 @@ from grader.suites.ppo._common import (
     probe,
     result,
     run_probes,
+    said,
     valid,
 )
 
@@ -41,6 +42,19 @@ def ref_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.
     mean = valid.mean()
     var = ((valid - mean) ** 2).mean()
     return (x - mean) / torch.sqrt(var + eps)
+
+
+def unbiased_whitens(x: torch.Tensor, mask: torch.Tensor | None = None, eps: float = 1e-8
+                     ) -> list[tuple[torch.Tensor, str]]:
+    """(what whitening returns, what to say) with the unbiased std (torch.std's default,
+    divide by count - 1), eps inside the square root or added to the std."""
+    valid = x if mask is None else x[mask]
+    mean, var = valid.mean(), valid.var(unbiased=True)
+    message = said(hint="you divide by count - 1 (the unbiased std/var, torch.std's default); "
+                        "the variance must divide by the count of valid entries, e.g. "
+                        "var(unbiased=False) (README §8)")
+    return [((x - mean) / torch.sqrt(var + eps), message),
+            ((x - mean) / (var.sqrt() + eps), message)]
 
 
 def build() -> dict[str, dict]:
@@ -72,9 +86,10 @@ def probes(launch):
 
 
 @pytest.mark.points(3)
+@pytest.mark.exercises("masked_mean")
 def test_masked_mean_ignores_padding(probes):
     x, mask = padded_batch()
-    hint = "divide the sum over valid positions by their count (README §8)"
+    hint = said(hint="divide the sum over valid positions by their count (README §8)")
     close(result(probes, "mean_all", "masked_mean")["result"], ref_mean(x, mask),
           "masked_mean over all elements of a padded batch", hint)
     close(result(probes, "mean_dim1", "masked_mean")["result"], ref_mean(x, mask, 1),
@@ -86,8 +101,10 @@ def test_masked_mean_ignores_padding(probes):
 
 
 @pytest.mark.points(2)
+@pytest.mark.exercises("masked_mean")
 def test_masked_mean_of_nothing_is_zero(probes):
-    hint = "clamp the count to at least 1 so an all-padding selection gives 0 (README §8)"
+    hint = said(
+        hint="clamp the count to at least 1 so an all-padding selection gives 0 (README §8)")
     row = finite(result(probes, "mean_dim1", "masked_mean")["result"],
                  "masked_mean(dim=1) with a row that is all padding", hint)
     close(row[3], torch.tensor(0.0), "masked_mean(dim=1) of the all-padding row", hint)
@@ -97,6 +114,7 @@ def test_masked_mean_of_nothing_is_zero(probes):
 
 
 @pytest.mark.points(2)
+@pytest.mark.exercises("masked_mean")
 def test_masked_mean_without_mask_and_gradient(probes):
     x, mask = padded_batch()
     got = result(probes, "mean_nomask", "masked_mean")
@@ -114,21 +132,34 @@ def test_masked_mean_without_mask_and_gradient(probes):
 
 
 @pytest.mark.points(3)
+@pytest.mark.exercises("masked_whiten")
 def test_masked_whiten_uses_valid_positions_only(probes):
     x, mask = padded_batch()
     what = "masked_whiten of a padded batch (valid positions)"
     got = finite(valid(result(probes, "whiten", "masked_whiten")["result"], mask, what), what)
     close(got, ref_whiten(x, mask)[mask], what,
-          "one global masked mean and biased masked variance; padding must not enter (README §8)")
+          "one global masked mean and biased masked variance; padding must not enter (README §8)",
+          slips=[(w[mask], m) for w, m in unbiased_whitens(x, mask)])
     row = x[2:3]
     close(result(probes, "whiten_nomask", "masked_whiten")["result"],
           (row - row.mean()) / torch.sqrt(row.var(unbiased=False) + 1e-8),
-          "masked_whiten without a mask", "the variance divides by the count, not count - 1")
+          "masked_whiten without a mask", "the variance divides by the count, not count - 1",
+          slips=unbiased_whitens(row))
 
 
 @pytest.mark.points(2)
+@pytest.mark.exercises("masked_whiten")
 def test_masked_whiten_single_element_is_finite(probes):
-    hint = "add eps to the variance before the square root (README §8)"
+    const = (probes["whiten_const"].get("value") or {}).get("result")  # None if it raised
+    const_finite = isinstance(const, torch.Tensor) and bool(torch.isfinite(const).all())
+    # nan for one element but not for a constant batch: the variance divided by n - 1 = 0,
+    # not a missing eps (0 / sqrt(0) would be nan for both).
+    hint = said(hint=(
+        "one valid element gives nan, a constant batch does not: you divide by n - 1 = 0 (the "
+        "unbiased std, torch.std's default); divide the variance by the count (biased) and add "
+        "eps before the square root (README §8)") if const_finite else (
+        "add eps to the variance before the square root: one element or a constant batch has "
+        "variance 0 (README §8)"))
     what = "masked_whiten with one valid element"
     keep = torch.tensor([[True, False, False]])
     single = finite(valid(result(probes, "whiten_single", "masked_whiten")["result"], keep,
@@ -141,9 +172,11 @@ def test_masked_whiten_single_element_is_finite(probes):
 
 
 @pytest.mark.points(1)
+@pytest.mark.exercises("masked_whiten")
 def test_masked_whiten_shift_mean_false_keeps_mean(probes):
     x, mask = padded_batch()
     what = "masked_whiten(shift_mean=False) on valid positions"
     got = valid(result(probes, "whiten_keep_mean", "masked_whiten")["result"], mask, what)
     close(got, ref_whiten(x, mask)[mask] + x[mask].mean(), what,
-          "whiten, then add the masked mean back (README §8)")
+          "whiten, then add the masked mean back (README §8)",
+          slips=[(w[mask] + x[mask].mean(), m) for w, m in unbiased_whitens(x, mask)])

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from grader.seeds import seeded_generator
-from grader.suites.ppo._common import F64, close, finite, grad_of, probe, result, run_probes
+from grader.suites.ppo._common import F64, close, finite, grad_of, probe, result, run_probes, said
 
 VALUE_EPS = 0.2
 INF = float("inf")
@@ -84,10 +84,11 @@ def probes(launch):
 
 
 @pytest.mark.points(2)
+@pytest.mark.exercises("value_loss")
 def test_value_loss_is_half_the_masked_mse(probes):
     values, returns = value_inputs(41, (8,))
     got = result(probes, "plain", "value_loss")
-    hint = "0.5 * mean((values - returns)**2) (README §5)"
+    hint = said(hint="0.5 * mean((values - returns)**2) (README §5)")
     close(got["result"], ref_value_loss(values, None, returns), "value_loss without clipping",
           hint)
     close(grad_of(got, 0, "value_loss", like=values), (values - returns) / values.numel(),
@@ -100,11 +101,13 @@ def test_value_loss_is_half_the_masked_mse(probes):
 
 
 @pytest.mark.points(3)
+@pytest.mark.exercises("value_loss")
 def test_value_clipping_takes_the_larger_error(probes):
     values, old, returns = clip_inputs()
     got = result(probes, "clipped", "value_loss")
-    hint = ("clip values to old_values +- eps, then take the max of the clipped and unclipped "
-            "squared errors (README §5)")
+    hint = said(
+        hint=("take the max of the clipped and unclipped squared errors, the values clipped to "
+             "old_values +- eps (README §5)"))
     close(got["result"], ref_value_loss(values, old, returns, VALUE_EPS),
           "value_loss with clip_eps", hint)
     leaf = values.clone().requires_grad_(True)
@@ -114,6 +117,7 @@ def test_value_clipping_takes_the_larger_error(probes):
 
 
 @pytest.mark.points(3)
+@pytest.mark.exercises("entropy_from_logits")
 def test_entropy_of_known_distributions(probes):
     expected = (math.log(3) + 1.5 * math.log(2) * 2) / 3
     close(result(probes, "known", "entropy_from_logits")["result"],
@@ -134,9 +138,11 @@ def test_entropy_of_known_distributions(probes):
 
 
 @pytest.mark.points(2)
+@pytest.mark.exercises("entropy_from_logits")
 def test_entropy_is_stable_for_extreme_logits(probes):
-    hint = ("use log_softmax, or softmax with p*log p = 0 where p = 0; never exp() raw logits "
-            "(README §5)")
+    hint = said(
+        hint=("use log_softmax, or softmax with p*log p = 0 where p = 0; never exp() raw logits "
+            "(README §5)"))
     what = "entropy_from_logits of logits of magnitude 1000"
     got = finite(result(probes, "extreme", "entropy_from_logits")["result"], what, hint)
     close(got, torch.tensor(math.log(2) / 3, dtype=F64), what, hint)

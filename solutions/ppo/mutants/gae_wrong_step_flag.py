@@ -4,6 +4,7 @@ boundary and the step before an episode's end loses its own tail."""
 from harness.mutation import mutate
 
 MUTATES = "ppo"
+FEEDBACK = "flags of step t itself"
 mutate(globals(), "ppo", "ppo", replace=[
     ("        running = deltas[t] + gamma * lam * carry[t] * running\n",
      "        next_carry = carry[t + 1] if t + 1 < values.shape[0] else torch.ones_like(carry[t])\n"

@@ -2,6 +2,7 @@
 from harness.mutation import mutate
 
 MUTATES = "ppo"
+FEEDBACK = "last valid token"
 mutate(globals(), "ppo", "ppo", replace=[
     ("    last = torch.where(keep, positions, -1).max(dim=1).values\n"
      "    rows = torch.nonzero(last >= 0).squeeze(1)\n",

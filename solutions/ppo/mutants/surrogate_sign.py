@@ -2,6 +2,7 @@
 from harness.mutation import mutate
 
 MUTATES = "ppo"
+FEEDBACK = ("wrong sign", "minimise -A*r")
 mutate(globals(), "ppo", "ppo", replace=[
     ("    unclipped = -advantages * ratio\n    clipped = -advantages * torch.clamp(",
      "    unclipped = advantages * ratio\n    clipped = advantages * torch.clamp("),

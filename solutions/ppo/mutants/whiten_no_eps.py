@@ -2,6 +2,7 @@
 from harness.mutation import mutate
 
 MUTATES = "ppo"
+FEEDBACK = "add eps"
 mutate(globals(), "ppo", "ppo", replace=[
     ("    whitened = (x - mean) * torch.rsqrt(var + eps)\n",
      "    whitened = (x - mean) * torch.rsqrt(var)\n"),
