@@ -155,6 +155,13 @@ def _run_sessions(course: Course, ids: list[str], root: Path, suites: Path | Non
          f"{1 + len(MARGIN_RUNS)} runs; at most {MAX_MARGIN}):")
     for aid, found in runs.items():
         echo(f"  {aid}: {found.margins.summary()}")
+    unstated = {aid: checks["feedback"].notes for aid, checks in verdicts.items()
+                if checks["feedback"].notes}
+    if unstated:
+        echo("\nMutants that state no FEEDBACK yet (the feedback column's +N?; write what a "
+             "student with the bug must be told):")
+        for aid, names in unstated.items():
+            echo(f"  {aid}: {', '.join(names)}")
     echo("\nPartial credit (the solution with one public name stubbed; points of the tests that "
          "declare it, of those that may fail with it, and lost):")
     for aid, table in tables.items():
@@ -251,11 +258,13 @@ def _record(job: Job, session: Session, checks: dict[str, Verdict], course: Cour
                 if session.result is not None else ""
             wanted = expected_feedback(root / "solutions" / job.assignment / "mutants" /
                                        f"{name}.py")
-            problem = feedback_breach(name, wanted, said)
-            feedback.breaches += [problem] if problem else []
-            feedback.notes.append(name)
             feedback.ran = True
-            feedback.sessions += 1
+            if not wanted:  # listed below the table until the mutant states it
+                feedback.notes.append(name)
+            else:
+                problem = feedback_breach(name, wanted, said)
+                feedback.breaches += [problem] if problem else []
+                feedback.sessions += 1
     else:
         breaches = judge_solution(session) if job.kind == "solution" else judge_stub(session)
         verdict = checks[job.kind]
@@ -282,11 +291,11 @@ def _table(verdicts: dict[str, dict[str, Verdict]]) -> str:
             mark = "✗" if verdict.breaches else ("✓" if verdict.ran else "-")
             if check == "margins" and verdict.ran and verdict.notes:
                 mark += f" {verdict.notes[0]}"
-            if check in ("partial", "feedback") and verdict.ran:
-                good = (verdict.sessions - len(verdict.breaches) if check == "feedback"
-                        else None)
-                mark += (f" {max(good or 0, 0)}/{verdict.sessions}" if check == "feedback"
-                         else f" {verdict.notes[-1]}" if verdict.notes else "")
+            if check == "feedback" and verdict.ran:
+                mark += f" {max(verdict.sessions - len(verdict.breaches), 0)}/{verdict.sessions}"
+                mark += f" +{len(verdict.notes)}?" if verdict.notes else ""
+            if check == "partial" and verdict.ran and verdict.notes:
+                mark += f" {verdict.notes[-1]}"
             if check == "mutants" and verdict.ran:
                 mark += f" {len(verdict.notes)}/{verdict.sessions} caught"
             row.append(mark)

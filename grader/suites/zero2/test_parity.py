@@ -21,6 +21,9 @@ from grader.suites.zero2._common import (
     windows,
 )
 
+# Every test calls the module's one public name.
+pytestmark = pytest.mark.exercises("Zero2Optimizer")
+
 HINT = ("check the average over ranks (divide the sum by N), the offsets of parameters cut by a "
         "shard boundary, and that each piece keeps its own group's lr and weight decay")
 
