@@ -18,8 +18,9 @@ failure's first line and, before it reaches any report or progress line:
   capital: a plain word such as `cache` names nothing) and that no public file uses;
 - stripped of the hidden modules' string constants (`MIN_CONSTANT_CHARS` or more, and each
   line of a longer one) except those that are failure messages themselves (in an `assert`, a
-  `raise`, an f-string, `pytest.fail`/`skip`'s text), which a failing test shows anyway; short
-  ones stay, since a rank's answer ("no error") is often one of them and a reason quotes it;
+  `raise`, an f-string, `pytest.fail`/`skip`'s text, a `hint=` or `message=` argument), which
+  a failing test shows anyway; short ones stay, since a rank's answer ("no error") is often
+  one of them and a reason quotes it;
 - cut to `grader.results.REASON_CHARS`.
 
 What is collected comes from the hidden suite files with `ast` (never imported here), once per
@@ -51,7 +52,7 @@ MIN_CONSTANT_CHARS = 16
 MIN_CONSTANT_LINE_CHARS = 24
 # Calls whose string arguments are failure text meant for students.
 _MESSAGE_CALLS = {"fail", "skip", "xfail", "skipif", "importorskip", "UsageError", "exit"}
-_MESSAGE_KEYWORDS = {"reason", "msg", "match", "message"}
+_MESSAGE_KEYWORDS = {"reason", "msg", "match", "message", "hint"}
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _WORD = re.compile(r"[A-Za-z0-9_]+")
 _INNER = r"(?:[^<>]|<[^<>]{0,24}>)*"  # a repr's text, with file names such as "<hidden>"

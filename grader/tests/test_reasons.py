@@ -153,3 +153,18 @@ def test_public_rank_functions_keep_their_file(tmp_path, monkeypatch):
     finally:
         del sys.modules["public_mod"]
     assert fn.__code__.co_filename.endswith("public_mod.py") and fn.__doc__ == "Public."
+
+
+def test_a_hint_argument_in_a_hidden_suite_is_a_message(tmp_path):
+    """`hint="..."` (assert_close and the suites' helpers) is failure text: it survives."""
+    folder = tmp_path / "suites" / "toy"
+    folder.mkdir(parents=True)
+    (folder / "test_hint.py").write_text(
+        'def test_x(check):\n'
+        '    check(1, 2, hint="query head h reads KV head h // group")\n'
+        '    check(1, 2, "a positional hint is a constant like any other")\n')
+    message = ("out: query head h reads KV head h // group; a positional hint is a constant "
+               "like any other")
+    text = reasons.failure_reason(AssertionError(message), [tmp_path / "suites"],
+                                  folder / "test_hint.py")[0]
+    assert text == "out: query head h reads KV head h // group; <hidden>"
