@@ -235,10 +235,14 @@ class Model:
             table = _int_list(ret[0], "allocate_prompt's block table")
             cached = ret[1]
             if cached != len(hits) * bs:
+                capped = len(hits) == (len(tokens) - 1) // bs and cached > len(hits) * bs
                 raise TraceMismatch(
                     f"allocate_prompt reported {cached} cached tokens, expected "
-                    f"{len(hits) * bs} ({len(hits)} leading full blocks whose whole prefix is "
-                    f"cached, at most (len - 1) // block_size)")
+                    f"{len(hits) * bs}: "
+                    + ("leave at least one prompt token to compute (at most (len - 1) // "
+                       "block_size blocks hit)" if capped else
+                       f"{len(hits)} leading full blocks whose whole prefix is cached, at most "
+                       f"(len - 1) // block_size"))
             if len(table) != self.blocks_for(len(tokens)):
                 raise TraceMismatch(
                     f"allocate_prompt of {len(tokens)} tokens returned {len(table)} blocks, "
@@ -246,7 +250,8 @@ class Model:
             if table[:len(hits)] != hits:
                 raise TraceMismatch(
                     "allocate_prompt's cached blocks are not the blocks that hold that prefix; "
-                    "a hit must reuse the block registered for the same whole prefix")
+                    "a hit needs the same whole prefix: chain the hash, "
+                    "hash_block(previous block's hash, block tokens)")
             fresh = table[len(hits):]
         for block in hits:
             if block in self.evictable:
@@ -292,10 +297,14 @@ class Model:
         tables, lens, bs = rec["tables"], rec["lens"], self.block_size
         in_use = {b for table in tables.values() for b in table}
         if rec["free"] + len(in_use) != self.num_blocks:
-            raise TraceMismatch(
+            twice = rec["free"] + len(in_use) > self.num_blocks
+            raise TraceMismatch(  # (the fix's text stays in the raise: reports keep it)
                 f"after {name}: num_free_blocks ({rec['free']}) + blocks in live tables "
-                f"({len(in_use)}) != num_blocks ({self.num_blocks}); a block leaked or is "
-                f"counted twice")
+                f"({len(in_use)}) != num_blocks ({self.num_blocks}); "
+                + ("a block leaked" if not twice else
+                   "a block is counted both free and in use: a cached free block reused by a "
+                   "hit is no longer free" if op[0] == "prompt" else
+                   "a block is counted both free and in use"))
         for seq, table in tables.items():
             if any(not 0 <= b < self.num_blocks for b in table):
                 raise TraceMismatch(f"after {name}: a block table holds an id outside "
@@ -395,7 +404,7 @@ def _check_fresh(chosen: list[int], n: int, uncached: set[int], lru: list[int],
     if cached and set(cached) != set(lru[:len(cached)]):
         raise TraceMismatch(
             f"{what} evicted a cached block out of LRU order; evict the block that became free "
-            f"the longest time ago first")
+            f"the longest time ago first (free releases a table's blocks last block first)")
 
 
 def judge_trace(config: dict, ops: list[tuple], trace: list[dict]) -> None:

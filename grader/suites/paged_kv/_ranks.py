@@ -103,7 +103,20 @@ def run_sequence(mod, config: dict, ops: list) -> list[dict]:
     return trace
 
 
-def rank_run_ops(ctx, jobs: list[dict]) -> list[list[list[dict]]]:
-    """Every job's sequences, each on a fresh allocator of the job's config."""
+def rank_run_ops(ctx, jobs: list[dict]) -> list[dict]:
+    """Every job's sequences, each on a fresh allocator of the job's config; per job, in its own
+    error scope (harness.cases.capture), the outcome whose value is its list of traces: a stub
+    of one class fails only the jobs that use it. The parent unwraps it with `job_traces`."""
+    from harness.cases import capture
+
     mod = ctx.impl_module("paged_kv", "allocator")
-    return [[run_sequence(mod, job["config"], ops) for ops in job["sequences"]] for job in jobs]
+    return [capture(lambda job=job: [run_sequence(mod, job["config"], ops)
+                                     for ops in job["sequences"]]) for job in jobs]
+
+
+def job_traces(outcome: dict, config: dict) -> list[list[dict]]:
+    """Parent side: the traces of one job's outcome, or what it raised in the rank."""
+    from harness.cases import case_value
+
+    cls = "PrefixCachingAllocator" if config.get("prefix") else "BlockAllocator"
+    return case_value(outcome, f"{cls} operation sequences ({config['name']!r} config)")

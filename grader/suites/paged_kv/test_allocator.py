@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from grader.suites.paged_kv._model import judge_trace
-from grader.suites.paged_kv._ranks import rank_run_ops
+from grader.suites.paged_kv._ranks import job_traces, rank_run_ops
 
 BOUNDARY = {"name": "boundary", "num_blocks": 8, "block_size": 4}
 BOUNDARY_OPS = [
@@ -61,12 +61,12 @@ JOBS = {"boundary": (BOUNDARY, BOUNDARY_OPS), "errors": (ERRORS, ERRORS_OPS),
 def traces(launch):
     jobs = [{"config": config, "sequences": [ops]} for config, ops in JOBS.values()]
     result = launch(rank_run_ops, world_size=1, args=(jobs,), timeout=60).values[0]
-    return {name: job[0] for name, job in zip(JOBS, result, strict=True)}
+    return dict(zip(JOBS, result, strict=True))
 
 
 def _judge(traces, name: str) -> None:
     config, ops = JOBS[name]
-    judge_trace(config, ops, traces[name])
+    judge_trace(config, ops, job_traces(traces[name], config)[0])
 
 
 @pytest.mark.exercises("BlockAllocator")

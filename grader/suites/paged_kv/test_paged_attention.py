@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grader.compare import assert_close
 from grader.seeds import seeded_generator
+from grader.suites.paged_kv._common import assert_close_fix_first
 from harness.cases import case_value, run_cases
 
 
@@ -113,37 +113,38 @@ def outputs(launch):
     return launch(rank_attention, world_size=1, args=(CASES,), timeout=60).values[0]
 
 
-def _check(outputs, name: str, hint: str) -> None:
-    got = case_value(outputs[name], f"paged_attention ({name} case)")
-    assert_close(got, dense_attention(CASES[name]), dtype=CASES[name]["q"].dtype,
-                 what=f"paged_attention output ({name} case)", hint=hint)
+def _check(outputs, name: str, *, hint: str) -> None:
+    what = f"paged_attention ({name} case)"
+    got = case_value(outputs[name], what)
+    assert_close_fix_first(got, dense_attention(CASES[name]), dtype=CASES[name]["q"].dtype,
+                           what=what, hint=hint)
 
 
 @pytest.mark.exercises("paged_attention")
 @pytest.mark.points(4)
 def test_matches_dense_attention_random_lengths(outputs):
-    _check(outputs, "random", "mask every position >= context_lens[b], including the rest of "
-                              "the last block, and ignore -1 table entries")
+    _check(outputs, "random", hint="mask every position >= context_lens[b], including the rest "
+                                   "of the last block, and ignore -1 table entries")
 
 
 @pytest.mark.exercises("paged_attention")
 @pytest.mark.points(2)
 def test_lengths_one_and_exact_block_boundaries_with_a_scale(outputs):
-    _check(outputs, "boundaries", "positions 0 .. context_lens[b] - 1 are attended; use the "
-                                  "given scale")
+    _check(outputs, "boundaries", hint="positions 0 .. context_lens[b] - 1 are attended; use "
+                                       "the given scale")
 
 
 @pytest.mark.exercises("paged_attention")
 @pytest.mark.points(2)
 def test_block_size_one(outputs):
-    _check(outputs, "block_size_one", "slot = table[p // block_size] * block_size + "
-                                      "p % block_size")
+    _check(outputs, "block_size_one", hint="slot = table[p // block_size] * block_size + "
+                                           "p % block_size")
 
 
 @pytest.mark.exercises("paged_attention")
 @pytest.mark.points(2)
 def test_grouped_query_attention(outputs):
-    _check(outputs, "gqa", "query head h reads KV head h // (num_heads // kv_heads)")
+    _check(outputs, "gqa", hint="query head h reads KV head h // (num_heads // kv_heads)")
 
 
 @pytest.mark.exercises("paged_attention")

@@ -15,7 +15,7 @@ import pytest
 
 from grader.suites.paged_kv._gen import draw_sequences
 from grader.suites.paged_kv._model import judge_all
-from grader.suites.paged_kv._ranks import rank_run_ops
+from grader.suites.paged_kv._ranks import job_traces, rank_run_ops
 
 EXAMPLES = 30
 CONFIGS = {
@@ -40,8 +40,8 @@ def runs(launch):
 
 
 def _judge(runs, name: str) -> None:
-    sequences, traces = runs[name]
-    judge_all(CONFIGS[name], sequences, traces)
+    sequences, outcome = runs[name]
+    judge_all(CONFIGS[name], sequences, job_traces(outcome, CONFIGS[name]))
 
 
 @pytest.mark.exercises("BlockAllocator")

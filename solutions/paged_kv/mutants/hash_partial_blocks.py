@@ -1,6 +1,7 @@
 """The partial last block of a prompt is hashed, cached and reused like a full one."""
 from harness.mutation import mutate
 
+FEEDBACK = "only full blocks are cached"
 MUTATES = "allocator"
 mutate(globals(), "paged_kv", "allocator", replace=[
     ("            if len(block_tokens) < bs:\n"

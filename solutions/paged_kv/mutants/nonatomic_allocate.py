@@ -1,6 +1,7 @@
 """allocate takes blocks one by one and raises OutOfBlocks midway: the blocks it took leak."""
 from harness.mutation import mutate
 
+FEEDBACK = "a failed allocate must change nothing"
 MUTATES = "allocator"
 mutate(globals(), "paged_kv", "allocator", replace=[
     ('''        self._ensure_free(needed, f"allocate({seq_id!r}, {num_tokens})")
