@@ -105,7 +105,8 @@ def where(rank: int, world: int) -> str:
 
 
 def check(actual: Any, expected: torch.Tensor | None, what: str, hint: str = "") -> None:
-    """assert_close that also accepts None == None (a bias-less layer's bias and its grad)."""
+    """assert_close that also accepts None == None (a bias-less layer's bias and its grad);
+    the hint, when given, comes right after `what`."""
     if expected is None:
         if actual is not None:
             raise AssertionError(f"{what}: expected None (no bias), got a "
@@ -114,7 +115,14 @@ def check(actual: Any, expected: torch.Tensor | None, what: str, hint: str = "")
     if actual is None:
         raise AssertionError(f"{what}: got None; expected a tensor of shape "
                              f"{tuple(expected.shape)}{'; ' + hint if hint else ''}")
-    assert_close(actual, expected, what=what, hint=hint)
+    try:
+        assert_close(actual, expected, what=what)
+    except AssertionError as exc:
+        if not hint:
+            raise
+        # The fix right after what was compared, before the numbers: a report keeps only the
+        # first 200 characters of the first line.
+        raise AssertionError(f"{what}: {hint}; {str(exc).removeprefix(what + ': ')}") from None
 
 
 def describe(records: list[CommRecord]) -> str:

@@ -1,6 +1,7 @@
 """The row-parallel layer adds its bias to each partial sum, before the all-reduce: p biases."""
 from harness.mutation import mutate
 
+FEEDBACK = "add the bias once"
 MUTATES = "layers"
 mutate(globals(), "tensor_parallel", "layers", replace=[
     ("""        partial = F.linear(x, self.weight)

@@ -2,6 +2,7 @@
 only targets in rank 0's slice are right."""
 from harness.mutation import mutate
 
+FEEDBACK = "subtract the shard's vocab start"
 MUTATES = "layers"
 mutate(globals(), "tensor_parallel", "layers", replace=[
     ("        local_target = target - vocab_start\n",

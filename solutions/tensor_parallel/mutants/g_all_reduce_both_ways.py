@@ -1,6 +1,7 @@
 """g all-reduces in backward too: the gradient reaching each partial result is p times too big."""
 from harness.mutation import mutate
 
+FEEDBACK = "g's backward is the identity"
 MUTATES = "layers"
 mutate(globals(), "tensor_parallel", "layers", replace=[
     ("""    @staticmethod

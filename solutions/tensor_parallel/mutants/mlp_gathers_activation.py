@@ -3,6 +3,7 @@ column layer and scatters it again before the row layer (an all-gather per pass 
 all-reduces)."""
 from harness.mutation import mutate
 
+FEEDBACK = "one all-reduce of batch*seq*hidden"
 MUTATES = "layers"
 mutate(globals(), "tensor_parallel", "layers", replace=[
     ("        return self.down(F.gelu(self.up(x)))",

@@ -2,6 +2,7 @@
 (only the dtype is taken from the dense layer)."""
 from harness.mutation import mutate
 
+FEEDBACK = "from_dense keeps rows slice r of the dense weight"
 MUTATES = "layers"
 mutate(globals(), "tensor_parallel", "layers", replace=[
     ("        layer.weight = nn.Parameter(linear.weight.detach()[rows].clone())\n"

@@ -2,6 +2,7 @@
 dense storage alive."""
 from harness.mutation import mutate
 
+FEEDBACK = "Copy the slice (.clone())"
 MUTATES = "layers"
 mutate(globals(), "tensor_parallel", "layers", replace=[
     ("        layer.weight = nn.Parameter(linear.weight.detach()[rows].clone())",

@@ -36,9 +36,16 @@ def rank_operators(ctx) -> dict:
         ctx.mark(f"{name} forward")
         y = op(x)
         ctx.mark(f"{name} backward")
-        y.backward(grad_y)
+        failed = None  # the forward's value is judged first, even if the backward raises
+        try:
+            y.backward(grad_y)
+        except NotImplementedError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - reported by the test, after the forward
+            failed = f"{type(exc).__name__}: {str(exc)[:300]}"
         ctx.mark(f"{name} end")
-        return {"y": y.detach(), "x_grad": x.grad, "x_after": x.detach()}
+        return {"y": y.detach(), "x_grad": x.grad, "x_after": x.detach(),
+                "backward_raised": failed}
 
     return run_cases(ctx, [
         # f: each rank passes its own values, so an identity forward is visible as such.
@@ -69,6 +76,12 @@ def _each(runs, name):
             yield r, p, value, windows(result.comm[r])
 
 
+def _backward(value, what: str, *, hint: str) -> None:
+    """The backward of the part must have run (its forward was judged before)."""
+    if value.get("backward_raised"):
+        raise AssertionError(f"{what}: {hint}; backward raised {value['backward_raised']}")
+
+
 def _one_all_reduce(records, numel) -> bool:
     comm = [rec for rec in records if rec.op != "mark"]
     return len(comm) == 1 and comm[0].op in ALL_REDUCE_OPS and comm[0].numel == numel
@@ -92,6 +105,8 @@ def test_f_forward_is_identity_without_communication(runs):
 @pytest.mark.points(3)
 def test_f_backward_all_reduces_the_gradient(runs):
     for r, p, value, win in _each(runs, "f"):
+        _backward(value, f"{where(r, p)} copy_to_parallel_region backward",
+                  hint="f's backward sums the gradient over the group (all-reduce)")
         check(value["x_grad"], torch.full(SHAPE, p * (p + 1) / 2, dtype=DTYPE),
               f"{where(r, p)} copy_to_parallel_region: gradient of the input",
               hint="f's backward sums the gradient over the group (all-reduce)")
@@ -120,6 +135,8 @@ def test_g_forward_all_reduces(runs):
 @pytest.mark.points(2)
 def test_g_backward_is_identity_without_communication(runs):
     for r, p, value, win in _each(runs, "g"):
+        _backward(value, f"{where(r, p)} reduce_from_parallel_region backward",
+                  hint="g's backward passes the gradient through unchanged")
         check(value["x_grad"], BASE + 100 * r,
               f"{where(r, p)} reduce_from_parallel_region: gradient of the input",
               hint="g's backward passes the gradient through unchanged")
@@ -138,10 +155,12 @@ def test_scatter_keeps_the_rank_slice_and_gathers_gradients(runs):
               hint="keep slice r (the group rank) of the LAST dim")
         expected_grad = torch.cat([torch.full(SHAPE, q + 1.0, dtype=DTYPE) for q in range(p)],
                                   dim=-1)
-        check(value["x_grad"], expected_grad,
-              f"{where(r, p)} scatter_to_parallel_region: gradient of the input",
-              hint="backward all-gathers every rank's gradient slice along the last dim, "
-                   "in group-rank order")
+        what = f"{where(r, p)} scatter_to_parallel_region: gradient of the input"
+        _backward(value, what, hint="backward all-gathers every rank's gradient slice along "
+                                    "the last dim, in group-rank order")
+        check(value["x_grad"], expected_grad, what,
+              hint="backward all-gathers every rank's gradient slice along the last dim, in "
+                   "group-rank order")
         assert not win["scatter forward"], (
             f"{where(r, p)} scatter_to_parallel_region forward made "
             f"{describe(win['scatter forward'])}; keeping a slice needs no communication")
@@ -155,8 +174,9 @@ def test_gather_concatenates_in_rank_order_and_slices_gradients(runs):
               f"{where(r, p)} gather_from_parallel_region forward",
               hint="all-gather and concatenate along the LAST dim in group-rank order")
         grad_y = torch.arange(6 * 4 * p, dtype=DTYPE).reshape(2, 3, 4 * p)
-        check(value["x_grad"], grad_y[..., 4 * r:4 * (r + 1)],
-              f"{where(r, p)} gather_from_parallel_region: gradient of the input",
+        what = f"{where(r, p)} gather_from_parallel_region: gradient of the input"
+        _backward(value, what, hint="backward keeps slice r of the output gradient's last dim")
+        check(value["x_grad"], grad_y[..., 4 * r:4 * (r + 1)], what,
               hint="backward keeps slice r of the output gradient")
         assert not win["gather backward"], (
             f"{where(r, p)} gather_from_parallel_region backward made "

@@ -153,7 +153,7 @@ def test_constructors_make_shards(run):
 
 
 @pytest.mark.exercises("ColumnParallelLinear", "RowParallelLinear", "ParallelMLP",
-                        "vocab_parallel_cross_entropy")
+                        "scatter_to_parallel_region")
 @pytest.mark.points(3)
 def test_non_divisible_sizes_raise_value_error(run):
     for name in BAD_CALLS:
