@@ -190,7 +190,8 @@ def margin_ratio(actual: torch.Tensor, expected: torch.Tensor, tol: Tolerance) -
 
 def assert_close(actual: object, expected: torch.Tensor, *, what: str,
                  dtype: torch.dtype | None = None, scale: float = 1.0,
-                 tol: Tolerance | None = None, hint: str = "", check_dtype: bool = True) -> None:
+                 tol: Tolerance | None = None, hint: str = "", check_dtype: bool = True,
+                 hint_first: bool = False) -> None:
     """Raise AssertionError unless `actual` matches `expected` within a tolerance.
 
     `what` names the value ("[rank 2 of 4] fc2.weight after step 3"); `hint` is the likely fix.
@@ -198,6 +199,8 @@ def assert_close(actual: object, expected: torch.Tensor, *, what: str,
     default tolerance; `expected` may be a float64 reference of a float32 result. `tol` is a
     derived bound for this comparison (see `bound` and friends); without it, the dtype's default
     times `scale`. The first line of the message says what, how much (max |Δ|) and where.
+    `hint_first` puts the hint right after `what`, before the numbers: reports keep only the
+    first line's first 200 characters, and a long hint would otherwise be cut.
     Records the comparison's margin (see `take_margins`).
     """
     suffix = f"; {hint}" if hint else ""
@@ -225,11 +228,13 @@ def assert_close(actual: object, expected: torch.Tensor, *, what: str,
         flat = int(torch.argmax(bad.flatten().to(torch.int8)))
         index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), a.shape)) \
             if a.dim() else ()
+        numbers = (f"differs from the reference by {float(diff.max()):.3g} (max |Δ|) in "
+                   f"{count} of {a.numel()} elements, first at {list(index)}: got "
+                   f"{float(a.flatten()[flat]):.6g}, expected {float(e.flatten()[flat]):.6g}")
+        first = f"{what}: {hint} — {numbers}" if hint and hint_first else \
+            f"{what}: {numbers}{suffix}"
         raise AssertionError(
-            f"{what}: differs from the reference by {float(diff.max()):.3g} (max |Δ|) in "
-            f"{count} of {a.numel()} elements, first at {list(index)}: got "
-            f"{float(a.flatten()[flat]):.6g}, expected {float(e.flatten()[flat]):.6g}{suffix}\n"
-            f"(tolerance for {want}: rtol={tol.rtol:.3g}, atol={tol.atol:.3g})")
+            f"{first}\n(tolerance for {want}: rtol={tol.rtol:.3g}, atol={tol.atol:.3g})")
 
 
 def describe(dtype: torch.dtype, scale: float = 1.0) -> str:

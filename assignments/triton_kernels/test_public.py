@@ -132,7 +132,7 @@ def test_softmax_width_200(results, inputs):
     (x,) = inputs["softmax"]
     assert_close(output(results, "softmax"), torch.softmax(x.double(), -1).float(),
                  what="softmax on [5, 200]",
-                 hint="do the padded columns of the block load as -inf?")
+                 hint_first=True, hint="do the padded columns of the block load as -inf?")
 
 
 @pytest.mark.exercises("softmax")
@@ -141,7 +141,7 @@ def test_softmax_large_values(results, inputs):
     (x,) = inputs["softmax_large"]
     assert_close(output(results, "softmax_large"), torch.softmax(x.double(), -1).float(),
                  what="softmax on [3, 90] with values ~1e4",
-                 hint="subtract the row max before exp (README §3)")
+                 hint_first=True, hint="subtract the row max before exp (README §3)")
 
 
 @pytest.mark.exercises("rms_norm")
@@ -151,7 +151,7 @@ def test_rms_norm_width_90(results, inputs):
     xd = x.double()
     expected = xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-6) * w.double()
     assert_close(output(results, "rms_norm"), expected.float(), what="rms_norm on [4, 90]",
-                 hint="divide the sum of squares by 90, not by the block size")
+                 hint_first=True, hint="divide the sum of squares by 90, not by the block size")
 
 
 @pytest.mark.exercises("flash_attention")
@@ -160,9 +160,10 @@ def test_flash_attention_out_and_lse(results, inputs):
     out, lse = output(results, "attention")
     ref_out, ref_lse = attention_ref(*inputs["attention"], causal=False)
     assert_close(out, ref_out, what="flash_attention(q [1, 2, 37, 16]): out",
+                 hint_first=True,
                  hint="rescale the accumulator when the running max changes (README §4)")
     assert_close(lse, ref_lse, what="flash_attention(q [1, 2, 37, 16]): lse",
-                 hint="lse = max + log(sum), natural log, float32")
+                 hint_first=True, hint="lse = max + log(sum), natural log, float32")
 
 
 @pytest.mark.exercises("flash_attention")
@@ -171,7 +172,7 @@ def test_flash_attention_causal(results, inputs):
     out, lse = output(results, "attention_causal")
     ref_out, ref_lse = attention_ref(*inputs["attention"], causal=True)
     assert_close(out, ref_out, what="flash_attention(causal, q [1, 2, 37, 16]): out",
-                 hint="query i sees keys j <= i")
+                 hint_first=True, hint="query i sees keys j <= i")
     assert_close(lse, ref_lse, what="flash_attention(causal, q [1, 2, 37, 16]): lse")
 
 
@@ -180,5 +181,6 @@ def test_flash_attention_causal(results, inputs):
 def test_paged_attention_decode(results, inputs):
     assert_close(output(results, "paged"), paged_ref(*inputs["paged"]),
                  what="paged_attention_decode(lengths [1, 17, 8], block_size 8)",
+                 hint_first=True,
                  hint="read block block_tables[b, t // block_size]; mask tokens past "
                       "context_lens[b] (README §5)")

@@ -73,14 +73,15 @@ def check(case: Case, result: dict[str, Any], *, check_lse: bool = True,
         out_tol, lse_tol = case.tol or (None, None)
         if check_out:
             assert_close(out[0], case.expected[0], what=f"{case.name}: out", hint=case.hint,
-                         dtype=OUT_DTYPE, tol=out_tol)
+                         hint_first=True, dtype=OUT_DTYPE, tol=out_tol)
         if check_lse:
             assert_close(out[1], case.expected[1], what=f"{case.name}: lse",
+                         hint_first=True,
                          hint="lse is log(sum_j exp(scaled score)) in natural-log units, "
                               "float32, [batch, heads, seq_q]", dtype=OUT_DTYPE, tol=lse_tol)
         return
-    assert_close(out, case.expected, what=case.name, hint=case.hint, dtype=OUT_DTYPE,
-                 tol=case.tol[0] if case.tol else None)
+    assert_close(out, case.expected, what=case.name, hint=case.hint, hint_first=True,
+                 dtype=OUT_DTYPE, tol=case.tol[0] if case.tol else None)
 
 
 def shape_text(*tensors: torch.Tensor) -> str:

@@ -2,6 +2,7 @@
 from ._source import mutate_kernels
 
 MUTATES = "kernels"
+FEEDBACK = 'query i sees keys j <= i'
 mutate_kernels(globals(), [
     ("keep = keep & (cols[None, :] <= offs_m[:, None])",
      "keep = keep & (cols[None, :] <= offs_m[:, None] + 1)"),

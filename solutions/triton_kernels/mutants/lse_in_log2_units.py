@@ -2,6 +2,7 @@
 from ._source import mutate_kernels
 
 MUTATES = "kernels"
+FEEDBACK = 'natural log'
 mutate_kernels(globals(), [
     ("lse = (m_i + tl.log2(l_i)) * 0.6931471805599453", "lse = m_i + tl.log2(l_i)"),
 ])

@@ -2,6 +2,7 @@
 from ._source import mutate_kernels
 
 MUTATES = "kernels"
+FEEDBACK = 'rescale the accumulator when the running max changes'
 mutate_kernels(globals(), [
     ("acc = acc * alpha[:, None] + tl.dot(", "acc = acc + tl.dot("),
 ])

@@ -4,6 +4,7 @@ import torch
 from harness.mutation import mutate
 
 MUTATES = "kernels"
+FEEDBACK = 'computed with torch instead of a Triton kernel'
 mutate(globals(), "triton_kernels", "kernels")
 
 
