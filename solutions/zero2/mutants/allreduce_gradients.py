@@ -3,6 +3,7 @@ twice the gradient traffic, and an all-reduce of P elements."""
 from harness.mutation import mutate
 
 MUTATES = "zero"
+FEEDBACK = 'gradients go through a reduce-scatter'
 mutate(globals(), "zero2", "zero")
 
 

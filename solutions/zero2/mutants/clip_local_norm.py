@@ -2,6 +2,7 @@
 from harness.mutation import mutate
 
 MUTATES = "zero"
+FEEDBACK = "sum the squares of every rank's shard"
 mutate(globals(), "zero2", "zero", replace=[
     ("        self._comm.all_reduce_sum_(local)\n", ""),
 ])

@@ -4,6 +4,7 @@ values and the traffic are right and only the memory is wrong."""
 from harness.mutation import mutate
 
 MUTATES = "zero"
+FEEDBACK = 'a shard holds at most'
 mutate(globals(), "zero2", "zero", replace=[
     ("start, size = self.shard_bounds[0], self.shard_numel",
      "start, size = 0, self.world_size * self.shard_numel"),

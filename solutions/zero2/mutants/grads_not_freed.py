@@ -2,6 +2,7 @@
 from harness.mutation import mutate
 
 MUTATES = "zero"
+FEEDBACK = 'free them once reduce-scattered'
 mutate(globals(), "zero2", "zero")
 
 _solution_ingest = Zero2Optimizer._ingest

@@ -2,6 +2,7 @@
 from harness.mutation import mutate
 
 MUTATES = "zero"
+FEEDBACK = 'after load_state_dict: restore every state'
 mutate(globals(), "zero2", "zero", replace=[
     ('        self._inner.load_state_dict(state["inner"])\n', ""),
 ])

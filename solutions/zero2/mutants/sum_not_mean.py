@@ -2,6 +2,7 @@
 from harness.mutation import mutate
 
 MUTATES = "zero"
+FEEDBACK = 'average the gradients (sum / N)'
 mutate(globals(), "zero2", "zero", replace=[
     ("out.to(self._master_dtype) / self.world_size", "out.to(self._master_dtype)"),
 ])
