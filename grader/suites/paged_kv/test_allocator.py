@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from grader.suites.paged_kv._model import judge_trace
-from grader.suites.paged_kv._ranks import job_traces, rank_run_ops
+from grader.suites.paged_kv._common import run_jobs
 
 BOUNDARY = {"name": "boundary", "num_blocks": 8, "block_size": 4}
 BOUNDARY_OPS = [
@@ -53,41 +52,34 @@ FORK_OPS = [
     ("free", 1), ("free", 3),
 ]
 
-JOBS = {"boundary": (BOUNDARY, BOUNDARY_OPS), "errors": (ERRORS, ERRORS_OPS),
-        "exhaustion": (EXHAUST, EXHAUST_OPS), "fork": (FORK, FORK_OPS)}
+JOBS = {"boundary": (BOUNDARY, [BOUNDARY_OPS]), "errors": (ERRORS, [ERRORS_OPS]),
+        "exhaustion": (EXHAUST, [EXHAUST_OPS]), "fork": (FORK, [FORK_OPS])}
 
 
 @pytest.fixture(scope="module")
 def traces(launch):
-    jobs = [{"config": config, "sequences": [ops]} for config, ops in JOBS.values()]
-    result = launch(rank_run_ops, world_size=1, args=(jobs,), timeout=60).values[0]
-    return dict(zip(JOBS, result, strict=True))
-
-
-def _judge(traces, name: str) -> None:
-    config, ops = JOBS[name]
-    judge_trace(config, ops, job_traces(traces[name], config)[0])
+    return run_jobs(launch, JOBS)
 
 
 @pytest.mark.exercises("BlockAllocator")
 @pytest.mark.points(3)
 def test_new_block_exactly_when_the_last_is_full(traces):
-    _judge(traces, "boundary")
+    traces.judge("boundary")
 
 
 @pytest.mark.exercises("BlockAllocator")
 @pytest.mark.points(3)
 def test_errors_for_unknown_and_existing_ids_and_negative_counts(traces):
-    _judge(traces, "errors")
+    traces.judge("errors")
 
 
 @pytest.mark.exercises("BlockAllocator")
 @pytest.mark.points(3)
 def test_exhaustion_is_atomic_and_recovers_after_free(traces):
-    _judge(traces, "exhaustion")
+    traces.judge("exhaustion")
 
 
 @pytest.mark.exercises("BlockAllocator")
 @pytest.mark.points(3)
 def test_fork_shares_blocks_and_free_keeps_what_others_hold(traces):
-    _judge(traces, "fork")
+    traces.judge("fork")
