@@ -134,6 +134,7 @@ def test_secrets_cover_solutions_mutants_and_hidden_tests():
     assert secrets.names["calls_all_reduce"].startswith("mutant name")
     assert "test_chunk_bounds_split" in secrets.names
     assert "test_chunk_bounds" not in secrets.names, "a public test name is no secret"
+    assert "test_width_781" in secrets.names, "a test a factory made is a hidden test too"
     stub_names = {n.name for n in ast.walk(ast.parse(
         (REPO_ROOT / "assignments/ring_allreduce/ring.py").read_text()))
         if isinstance(n, ast.FunctionDef)}
