@@ -5,7 +5,9 @@ A *job* is a config (`{"name", "num_blocks", "block_size"[, "prefix"]}`) and the
 sequences to run on fresh allocators of it (see `_ranks.py` for the operations and what a
 trace records). `run_jobs` sends every job of a test module to one rank in one launch; each job
 keeps its own error scope there, so a stubbed PrefixCachingAllocator fails only its own jobs.
-`JobRuns.judge(name)` judges one job's traces with `_model.judge_all`.
+`JobRuns.judge(name)` judges one job's traces with `_model.judge_all`. `JobTests` makes a
+module's launch fixture and its graded tests, one line per test ("job `name` is worth
+`points`").
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import pytest
 
 from grader.suites.paged_kv._model import judge_all
 from grader.suites.paged_kv._ranks import job_traces, rank_run_ops
@@ -41,3 +45,37 @@ def run_jobs(launch: Callable[..., Any], jobs: Mapping[str, Job],
     payload = [{"config": config, "sequences": sequences} for config, sequences in jobs.values()]
     outcomes = launch(rank_run_ops, world_size=1, args=(payload,), timeout=timeout).values[0]
     return JobRuns(jobs, dict(zip(jobs, outcomes, strict=True)))
+
+
+class JobTests:
+    """The launch and the graded tests of a module whose tests each judge one job.
+
+        ALLOCATOR = JobTests({"boundary": (BOUNDARY, [BOUNDARY_OPS]), ...})
+        runs = ALLOCATOR.runs                  # the module's launch: a JobRuns
+        test_boundary = ALLOCATOR.test(3, "boundary")
+
+    `runs` is the module-scoped fixture (assign it to the module-level name `runs`);
+    `test(points, name)` is a test worth `points` that passes when job `name` matches the
+    reference model, and exercises the class its config names (PrefixCachingAllocator when
+    `prefix` is set, else BlockAllocator); pytest collects it under the name it is assigned to.
+    """
+
+    def __init__(self, jobs: Mapping[str, Job], timeout: float = 60.0) -> None:
+        self.jobs = jobs
+
+        @pytest.fixture(scope="module", name="runs")
+        def runs(launch: Callable[..., Any]) -> JobRuns:
+            return run_jobs(launch, jobs, timeout)
+
+        self.runs = runs
+
+    def test(self, points: int, name: str) -> Callable[[JobRuns], None]:
+        config, _ = self.jobs[name]
+        exercised = "PrefixCachingAllocator" if config.get("prefix") else "BlockAllocator"
+
+        @pytest.mark.exercises(exercised)
+        @pytest.mark.points(points)
+        def test(runs: JobRuns) -> None:
+            runs.judge(name)
+
+        return test

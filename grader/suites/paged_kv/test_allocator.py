@@ -8,9 +8,7 @@ then the exact tables, lengths, copies and slots.
 
 from __future__ import annotations
 
-import pytest
-
-from grader.suites.paged_kv._common import run_jobs
+from grader.suites.paged_kv._common import JobTests
 
 BOUNDARY = {"name": "boundary", "num_blocks": 8, "block_size": 4}
 BOUNDARY_OPS = [
@@ -56,30 +54,10 @@ JOBS = {"boundary": (BOUNDARY, [BOUNDARY_OPS]), "errors": (ERRORS, [ERRORS_OPS])
         "exhaustion": (EXHAUST, [EXHAUST_OPS]), "fork": (FORK, [FORK_OPS])}
 
 
-@pytest.fixture(scope="module")
-def traces(launch):
-    return run_jobs(launch, JOBS)
+ALLOCATOR = JobTests(JOBS)
+runs = ALLOCATOR.runs
 
-
-@pytest.mark.exercises("BlockAllocator")
-@pytest.mark.points(3)
-def test_new_block_exactly_when_the_last_is_full(traces):
-    traces.judge("boundary")
-
-
-@pytest.mark.exercises("BlockAllocator")
-@pytest.mark.points(3)
-def test_errors_for_unknown_and_existing_ids_and_negative_counts(traces):
-    traces.judge("errors")
-
-
-@pytest.mark.exercises("BlockAllocator")
-@pytest.mark.points(3)
-def test_exhaustion_is_atomic_and_recovers_after_free(traces):
-    traces.judge("exhaustion")
-
-
-@pytest.mark.exercises("BlockAllocator")
-@pytest.mark.points(3)
-def test_fork_shares_blocks_and_free_keeps_what_others_hold(traces):
-    traces.judge("fork")
+test_new_block_exactly_when_the_last_is_full = ALLOCATOR.test(3, "boundary")
+test_errors_for_unknown_and_existing_ids_and_negative_counts = ALLOCATOR.test(3, "errors")
+test_exhaustion_is_atomic_and_recovers_after_free = ALLOCATOR.test(3, "exhaustion")
+test_fork_shares_blocks_and_free_keeps_what_others_hold = ALLOCATOR.test(3, "fork")

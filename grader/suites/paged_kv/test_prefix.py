@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from grader.suites.paged_kv._common import run_jobs
+from grader.suites.paged_kv._common import JobTests
 
 
 def chunk(i: int, block_size: int) -> list[int]:
@@ -76,27 +76,12 @@ JOBS = {"hits": (HITS, [HITS_OPS]), "partial": (PARTIAL, [PARTIAL_OPS]),
         "lru": (LRU, [LRU_OPS])}
 
 
-@pytest.fixture(scope="module")
-def traces(launch):
-    return run_jobs(launch, JOBS)
+PREFIX = JobTests(JOBS)
+runs = PREFIX.runs
 
-
-@pytest.mark.exercises("PrefixCachingAllocator")
-@pytest.mark.points(4)
-def test_hits_only_on_whole_matching_prefixes(traces):
-    traces.judge("hits")
-
-
-@pytest.mark.exercises("PrefixCachingAllocator")
-@pytest.mark.points(3)
-def test_partial_blocks_are_not_reused_and_one_token_is_left(traces):
-    traces.judge("partial")
-
-
-@pytest.mark.exercises("PrefixCachingAllocator")
-@pytest.mark.points(5)
-def test_eviction_uncached_first_then_least_recently_used(traces):
-    traces.judge("lru")
+test_hits_only_on_whole_matching_prefixes = PREFIX.test(4, "hits")
+test_partial_blocks_are_not_reused_and_one_token_is_left = PREFIX.test(3, "partial")
+test_eviction_uncached_first_then_least_recently_used = PREFIX.test(5, "lru")
 
 
 # -- a forged collision ----------------------------------------------------------------------

@@ -11,9 +11,7 @@ lengths, copies, cached-token counts and eviction choices.
 
 from __future__ import annotations
 
-import pytest
-
-from grader.suites.paged_kv._common import run_jobs
+from grader.suites.paged_kv._common import JobTests
 from grader.suites.paged_kv._gen import draw_sequences
 
 EXAMPLES = 30
@@ -30,43 +28,14 @@ CONFIGS = {
 }
 
 
-@pytest.fixture(scope="module")
-def runs(launch):
-    jobs = {name: (config, draw_sequences(config, EXAMPLES)) for name, config in CONFIGS.items()}
-    return run_jobs(launch, jobs, timeout=120)
+# Drawn when the module is collected (about a second): the sequences are the jobs' data.
+PROPERTIES = JobTests({name: (config, draw_sequences(config, EXAMPLES))
+                       for name, config in CONFIGS.items()}, timeout=120)
+runs = PROPERTIES.runs
 
-
-@pytest.mark.exercises("BlockAllocator")
-@pytest.mark.points(4)
-def test_random_sequences_block_size_one(runs):
-    runs.judge("tokens_are_blocks")
-
-
-@pytest.mark.exercises("BlockAllocator")
-@pytest.mark.points(4)
-def test_random_sequences_with_forks_and_copy_on_write(runs):
-    runs.judge("forks")
-
-
-@pytest.mark.exercises("BlockAllocator")
-@pytest.mark.points(4)
-def test_random_sequences_in_a_three_block_pool(runs):
-    runs.judge("tiny_pool")
-
-
-@pytest.mark.exercises("PrefixCachingAllocator")
-@pytest.mark.points(2)
-def test_random_prefix_cache_sequences(runs):
-    runs.judge("prefix")
-
-
-@pytest.mark.exercises("PrefixCachingAllocator")
-@pytest.mark.points(1)
-def test_random_prefix_cache_sequences_roomy_pool(runs):
-    runs.judge("prefix_roomy")
-
-
-@pytest.mark.exercises("PrefixCachingAllocator")
-@pytest.mark.points(1)
-def test_random_prefix_cache_sequences_tight_pool(runs):
-    runs.judge("prefix_tight")
+test_random_sequences_block_size_one = PROPERTIES.test(4, "tokens_are_blocks")
+test_random_sequences_with_forks_and_copy_on_write = PROPERTIES.test(4, "forks")
+test_random_sequences_in_a_three_block_pool = PROPERTIES.test(4, "tiny_pool")
+test_random_prefix_cache_sequences = PROPERTIES.test(2, "prefix")
+test_random_prefix_cache_sequences_roomy_pool = PROPERTIES.test(1, "prefix_roomy")
+test_random_prefix_cache_sequences_tight_pool = PROPERTIES.test(1, "prefix_tight")
