@@ -37,7 +37,7 @@ def files_of(root: Path) -> set[str]:
 
 def test_release_holds_the_student_repository_and_nothing_instructor_only(release):
     files = files_of(release)
-    for expected in ("README.md", "Makefile", "pyproject.toml", "requirements.txt",
+    for expected in ("README.md", "Makefile", "venv.mk", "pyproject.toml", "requirements.txt",
                      "constraints.txt", "conftest.py", ".gitignore", "assignments/course.toml",
                      ".github/workflows/advisory.yml", ".github/workflows/grade.yml",
                      "grader/cli.py", "grader/plugin.py", "grader/pr/apply.py",
