@@ -1,17 +1,8 @@
 # mlsys-labs: `make test` and `make grade` work on a fresh machine with Python >= 3.10 and make.
-PYTHON ?= python3
-VENV   ?= .venv
-PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed
+include venv.mk
 ARGS   ?=
 
-.PHONY: test grade selfcheck lint bench release clean-venv
-
-$(STAMP): requirements.txt constraints.txt
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.txt -c constraints.txt
-	@touch $(STAMP)
+.PHONY: test grade selfcheck lint bench release
 
 ## make test: lint (ruff, mypy; seconds), the project's own tests (harness, grader), then the
 ## selfcheck of every assignment.
@@ -40,6 +31,3 @@ release: $(STAMP)
 lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m mypy
-
-clean-venv:
-	rm -rf $(VENV)

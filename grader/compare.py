@@ -199,19 +199,24 @@ def assert_close(actual: object, expected: torch.Tensor, *, what: str,
     default tolerance; `expected` may be a float64 reference of a float32 result. `tol` is a
     derived bound for this comparison (see `bound` and friends); without it, the dtype's default
     times `scale`. The first line of the message says what, how much (max |Δ|) and where.
-    `hint_first` puts the hint right after `what`, before the numbers: reports keep only the
-    first line's first 200 characters, and a long hint would otherwise be cut.
+    `hint_first` puts the hint right after `what`, before the numbers, in every message
+    ("<what>: <hint> — <what is wrong>"): reports keep only the first line's first 200
+    characters, and a long hint would otherwise be cut.
     Records the comparison's margin (see `take_margins`).
     """
-    suffix = f"; {hint}" if hint else ""
+    def first_line(problem: str) -> str:
+        if hint and hint_first:
+            return f"{what}: {hint} — {problem}"
+        return f"{what}: {problem}{'; ' + hint if hint else ''}"
+
     if not isinstance(actual, torch.Tensor):
-        raise AssertionError(f"{what}: expected a tensor, got {type(actual).__name__}{suffix}")
+        raise AssertionError(first_line(f"expected a tensor, got {type(actual).__name__}"))
     if tuple(actual.shape) != tuple(expected.shape):
-        raise AssertionError(f"{what}: shape {tuple(actual.shape)}, expected "
-                             f"{tuple(expected.shape)}{suffix}")
+        raise AssertionError(first_line(f"shape {tuple(actual.shape)}, expected "
+                                        f"{tuple(expected.shape)}"))
     want = dtype or expected.dtype
     if check_dtype and actual.dtype != want:
-        raise AssertionError(f"{what}: dtype {actual.dtype}, expected {want}{suffix}")
+        raise AssertionError(first_line(f"dtype {actual.dtype}, expected {want}"))
     tol = tol if tol is not None else tolerance(want, scale)
     a = actual.detach().cpu().to(torch.float64)
     e = expected.detach().cpu().to(torch.float64)
@@ -228,11 +233,10 @@ def assert_close(actual: object, expected: torch.Tensor, *, what: str,
         flat = int(torch.argmax(bad.flatten().to(torch.int8)))
         index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), a.shape)) \
             if a.dim() else ()
-        numbers = (f"differs from the reference by {float(diff.max()):.3g} (max |Δ|) in "
-                   f"{count} of {a.numel()} elements, first at {list(index)}: got "
-                   f"{float(a.flatten()[flat]):.6g}, expected {float(e.flatten()[flat]):.6g}")
-        first = f"{what}: {hint} — {numbers}" if hint and hint_first else \
-            f"{what}: {numbers}{suffix}"
+        first = first_line(
+            f"differs from the reference by {float(diff.max()):.3g} (max |Δ|) in {count} of "
+            f"{a.numel()} elements, first at {list(index)}: got {float(a.flatten()[flat]):.6g}, "
+            f"expected {float(e.flatten()[flat]):.6g}")
         raise AssertionError(
             f"{first}\n(tolerance for {want}: rtol={tol.rtol:.3g}, atol={tol.atol:.3g})")
 

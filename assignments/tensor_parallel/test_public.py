@@ -154,17 +154,6 @@ def where(rank: int) -> str:
     return f"[rank {rank} of {WORLD}]"
 
 
-def close(actual, expected, *, what: str, hint: str = "") -> None:
-    """assert_close with the fix right after what was compared, before the numbers (a report
-    keeps only the first 200 characters of the first line)."""
-    try:
-        assert_close(actual, expected, what=what)
-    except AssertionError as exc:
-        if not hint:
-            raise
-        raise AssertionError(f"{what}: {hint}; {str(exc).removeprefix(what + ': ')}") from None
-
-
 # ---- tests ---------------------------------------------------------------------------------------
 
 @pytest.mark.exercises("copy_to_parallel_region", "reduce_from_parallel_region")
@@ -189,9 +178,9 @@ def test_f_and_g(run):
 def test_column_parallel_linear(run):
     e = EXPECTED_COLUMN
     for r, v in enumerate(values(run, "column")):
-        close(v["y"], half(e["y"], r), what=f"{where(r)} ColumnParallelLinear output",
-              hint="from_dense keeps rows slice r of the dense weight (and bias): output "
-                   "features slice r")
+        assert_close(v["y"], half(e["y"], r), what=f"{where(r)} ColumnParallelLinear output",
+                     hint_first=True, hint="from_dense keeps rows slice r of the dense weight "
+                                           "(and bias): output features slice r")
         assert_close(v["x_grad"], e["x_grad"], what=f"{where(r)} ColumnParallelLinear input grad",
                      hint="wrap the input in copy_to_parallel_region (f)")
         assert_close(v["weight_grad"], half(e["grads"][0][0], r, dim=0),
@@ -205,8 +194,9 @@ def test_column_parallel_linear(run):
 def test_row_parallel_linear(run):
     e = EXPECTED_ROW
     for r, v in enumerate(values(run, "row")):
-        close(v["y"], e["y"], what=f"{where(r)} RowParallelLinear output",
-              hint="all-reduce the partial products (g), then add the bias once")
+        assert_close(v["y"], e["y"], what=f"{where(r)} RowParallelLinear output",
+                     hint_first=True,
+                     hint="all-reduce the partial products (g), then add the bias once")
         assert_close(v["x_grad"], half(e["x_grad"], r),
                      what=f"{where(r)} RowParallelLinear input grad")
         assert_close(v["weight_grad"], half(e["grads"][0][0], r, dim=1),
@@ -240,9 +230,10 @@ def test_parallel_mlp_values_and_communication(run):
 @pytest.mark.points(4)
 def test_vocab_parallel_cross_entropy(run):
     for r, v in enumerate(values(run, "cross_entropy")):
-        close(v["loss"], EXPECTED_LOSS, what=f"{where(r)} vocab_parallel_cross_entropy loss",
-              hint="subtract the global max; target ids are global (subtract the shard's vocab "
-                   "start), its logit comes from its owner; global sum of exp")
+        assert_close(v["loss"], EXPECTED_LOSS,
+                     what=f"{where(r)} vocab_parallel_cross_entropy loss", hint_first=True,
+                     hint="subtract the global max; target ids are global (subtract the shard's "
+                          "vocab start), its logit comes from its owner; global sum of exp")
         assert_close(v["grad"], half(EXPECTED_LOGITS_GRAD, r),
                      what=f"{where(r)} gradient of the logits shard",
                      hint="softmax - one_hot(target) on this rank's vocabulary slice")

@@ -33,7 +33,7 @@ TEMPLATES = Path(__file__).resolve().parent / "release_files"
 # folders (release_leaks.INSTRUCTOR_PATHS: solutions/, grader/instructor/, grader/suites/, the
 # tests); everything else stays behind.
 SHIPPED_FOLDERS = ("assignments/", "harness/", "grader/")
-SHIPPED_FILES = ("requirements.txt", "constraints.txt", "conftest.py", ".gitignore")
+SHIPPED_FILES = ("requirements.txt", "constraints.txt", "venv.mk", "conftest.py", ".gitignore")
 SELF_STUDY_FOLDERS = ("grader/suites/",)  # shipped too with --self-study
 SKIPPED_PARTS = ("__pycache__", ".pytest_cache", ".hypothesis")
 _REPO_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_.-]+$")

@@ -91,6 +91,19 @@ def functions(tree: ast.AST) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]
             yield node
 
 
+def test_names(tree: ast.AST) -> Iterator[str]:
+    """The names of a test module's tests: functions named test*, and module-level names test*
+    bound by assignment (a test made by a factory, `test_x = CASES.test(2, "x")`)."""
+    for node in functions(tree):
+        if node.name.startswith("test"):
+            yield node.name
+    for statement in tree.body if isinstance(tree, ast.Module) else []:
+        if isinstance(statement, ast.Assign):
+            for target in statement.targets:
+                if isinstance(target, ast.Name) and target.id.startswith("test"):
+                    yield target.id
+
+
 def fingerprint(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
     """The normalised AST of the body without its docstring."""
     module = ast.Module(body=_body(node), type_ignores=[])
@@ -136,16 +149,16 @@ def collect_secrets(root: Path, *, allow_hidden_tests: bool = False) -> Secrets:
         bodies += _secrets(path, root, "mutant", public_bodies)
         names[path.stem] = f"mutant name {path.parent.parent.name}/{path.stem}"
     if not allow_hidden_tests:
-        public_names = {node.name for path in (root / "assignments").rglob("test_*.py")
-                        if (parsed := _parse(path)) for node in functions(parsed[0])}
+        public_names = {name for path in (root / "assignments").rglob("test_*.py")
+                        if (parsed := _parse(path)) for name in test_names(parsed[0])}
         for path in sorted((root / "grader" / "suites").rglob("*.py")):
             bodies += _secrets(path, root, "hidden test", public_bodies)
             parsed = _parse(path)
             if parsed is None or not path.name.startswith("test_"):
                 continue
-            for node in functions(parsed[0]):
-                if node.name.startswith("test") and node.name not in public_names:
-                    names[node.name] = f"hidden test name {_rel(path, root)}::{node.name}"
+            for name in test_names(parsed[0]):
+                if name not in public_names:
+                    names[name] = f"hidden test name {_rel(path, root)}::{name}"
     return Secrets(tuple(bodies), names)
 
 

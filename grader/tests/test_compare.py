@@ -141,6 +141,22 @@ def test_assert_close_uses_a_given_bound():
         assert_close(torch.tensor([1.2]), torch.tensor([1.0]), what="x", tol=loose)
 
 
+
+@pytest.mark.parametrize("actual, problem", [
+    (None, "expected a tensor, got NoneType"),
+    (torch.zeros(3), r"shape \(3,\), expected \(2,\)"),
+    (torch.zeros(2, dtype=F64), "dtype torch.float64, expected torch.float32"),
+    (torch.ones(2), "differs from the reference by 1"),
+])
+def test_hint_first_leads_every_message_with_the_fix(actual, problem):
+    """Reports keep a first line's first 200 characters: with hint_first the fix comes right
+    after what was compared, whatever went wrong; without it, after the problem."""
+    expected = torch.zeros(2)
+    with pytest.raises(AssertionError, match=rf"^y: swap the dims — {problem}"):
+        assert_close(actual, expected, what="y", hint="swap the dims", hint_first=True)
+    with pytest.raises(AssertionError, match=rf"^y: {problem}.*; swap the dims"):
+        assert_close(actual, expected, what="y", hint="swap the dims")
+
 def test_seed_shift_changes_the_draw_and_travels_in_the_environment(monkeypatch):
     monkeypatch.delenv(seeds.SHIFT_VARIABLE, raising=False)
     first = torch.randn(3, generator=seeds.seeded_generator(5))

@@ -37,7 +37,7 @@ def files_of(root: Path) -> set[str]:
 
 def test_release_holds_the_student_repository_and_nothing_instructor_only(release):
     files = files_of(release)
-    for expected in ("README.md", "Makefile", "pyproject.toml", "requirements.txt",
+    for expected in ("README.md", "Makefile", "venv.mk", "pyproject.toml", "requirements.txt",
                      "constraints.txt", "conftest.py", ".gitignore", "assignments/course.toml",
                      ".github/workflows/advisory.yml", ".github/workflows/grade.yml",
                      "grader/cli.py", "grader/plugin.py", "grader/pr/apply.py",
@@ -134,6 +134,7 @@ def test_secrets_cover_solutions_mutants_and_hidden_tests():
     assert secrets.names["calls_all_reduce"].startswith("mutant name")
     assert "test_chunk_bounds_split" in secrets.names
     assert "test_chunk_bounds" not in secrets.names, "a public test name is no secret"
+    assert "test_width_781" in secrets.names, "a test a factory made is a hidden test too"
     stub_names = {n.name for n in ast.walk(ast.parse(
         (REPO_ROOT / "assignments/ring_allreduce/ring.py").read_text()))
         if isinstance(n, ast.FunctionDef)}

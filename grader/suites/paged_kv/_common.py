@@ -1,18 +1,81 @@
-"""Helpers shared by the paged_kv suite's test modules (parent side)."""
+"""Parent side of the paged_kv suite's allocator tests: named jobs of operation sequences, run
+in one launch and judged by the reference model.
+
+A *job* is a config (`{"name", "num_blocks", "block_size"[, "prefix"]}`) and the operation
+sequences to run on fresh allocators of it (see `_ranks.py` for the operations and what a
+trace records). `run_jobs` sends every job of a test module to one rank in one launch; each job
+keeps its own error scope there, so a stubbed PrefixCachingAllocator fails only its own jobs.
+`JobRuns.judge(name)` judges one job's traces with `_model.judge_all`. `JobTests` makes a
+module's launch fixture and its graded tests, one line per test ("job `name` is worth
+`points`").
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from grader.compare import assert_close
+import pytest
+
+from grader.suites.paged_kv._model import judge_all
+from grader.suites.paged_kv._ranks import job_traces, rank_run_ops
+
+Job = tuple[dict[str, Any], list[list[tuple]]]  # (config, operation sequences)
 
 
-def assert_close_fix_first(actual: Any, expected: Any, *, what: str, hint: str,
-                           **kwargs: Any) -> None:
-    """`grader.compare.assert_close`, with the fix right after what was compared and before the
-    numbers: "<what>: <hint>; differs from the reference by ...". A long first line is cut at
-    200 characters in reports, and the fix is the part a student must not lose."""
-    try:
-        assert_close(actual, expected, what=what, **kwargs)
-    except AssertionError as exc:
-        raise AssertionError(f"{what}: {hint}; {str(exc).removeprefix(what + ': ')}") from None
+@dataclass(frozen=True)
+class JobRuns:
+    """What one launch of named jobs returned: `outcomes[name]` is the rank's outcome of
+    `jobs[name]` (its traces, or what it raised)."""
+
+    jobs: Mapping[str, Job]
+    outcomes: Mapping[str, dict[str, Any]]
+
+    def judge(self, name: str) -> None:
+        """Raise unless every trace of job `name` matches the reference model (a stub's
+        NotImplementedError comes back as "not implemented")."""
+        config, sequences = self.jobs[name]
+        judge_all(config, sequences, job_traces(self.outcomes[name], config))
+
+
+def run_jobs(launch: Callable[..., Any], jobs: Mapping[str, Job],
+             timeout: float = 60.0) -> JobRuns:
+    """Run every job's sequences in one launch of one rank (`_ranks.rank_run_ops`)."""
+    payload = [{"config": config, "sequences": sequences} for config, sequences in jobs.values()]
+    outcomes = launch(rank_run_ops, world_size=1, args=(payload,), timeout=timeout).values[0]
+    return JobRuns(jobs, dict(zip(jobs, outcomes, strict=True)))
+
+
+class JobTests:
+    """The launch and the graded tests of a module whose tests each judge one job.
+
+        ALLOCATOR = JobTests({"boundary": (BOUNDARY, [BOUNDARY_OPS]), ...})
+        runs = ALLOCATOR.runs                  # the module's launch: a JobRuns
+        test_boundary = ALLOCATOR.test(3, "boundary")
+
+    `runs` is the module-scoped fixture (assign it to the module-level name `runs`);
+    `test(points, name)` is a test worth `points` that passes when job `name` matches the
+    reference model, and exercises the class its config names (PrefixCachingAllocator when
+    `prefix` is set, else BlockAllocator); pytest collects it under the name it is assigned to.
+    """
+
+    def __init__(self, jobs: Mapping[str, Job], timeout: float = 60.0) -> None:
+        self.jobs = jobs
+
+        @pytest.fixture(scope="module", name="runs")
+        def runs(launch: Callable[..., Any]) -> JobRuns:
+            return run_jobs(launch, jobs, timeout)
+
+        self.runs = runs
+
+    def test(self, points: int, name: str) -> Callable[[JobRuns], None]:
+        config, _ = self.jobs[name]
+        exercised = "PrefixCachingAllocator" if config.get("prefix") else "BlockAllocator"
+
+        @pytest.mark.exercises(exercised)
+        @pytest.mark.points(points)
+        def test(runs: JobRuns) -> None:
+            runs.judge(name)
+
+        return test

@@ -8,10 +8,7 @@ then the exact tables, lengths, copies and slots.
 
 from __future__ import annotations
 
-import pytest
-
-from grader.suites.paged_kv._model import judge_trace
-from grader.suites.paged_kv._ranks import job_traces, rank_run_ops
+from grader.suites.paged_kv._common import JobTests
 
 BOUNDARY = {"name": "boundary", "num_blocks": 8, "block_size": 4}
 BOUNDARY_OPS = [
@@ -53,41 +50,14 @@ FORK_OPS = [
     ("free", 1), ("free", 3),
 ]
 
-JOBS = {"boundary": (BOUNDARY, BOUNDARY_OPS), "errors": (ERRORS, ERRORS_OPS),
-        "exhaustion": (EXHAUST, EXHAUST_OPS), "fork": (FORK, FORK_OPS)}
+JOBS = {"boundary": (BOUNDARY, [BOUNDARY_OPS]), "errors": (ERRORS, [ERRORS_OPS]),
+        "exhaustion": (EXHAUST, [EXHAUST_OPS]), "fork": (FORK, [FORK_OPS])}
 
 
-@pytest.fixture(scope="module")
-def traces(launch):
-    jobs = [{"config": config, "sequences": [ops]} for config, ops in JOBS.values()]
-    result = launch(rank_run_ops, world_size=1, args=(jobs,), timeout=60).values[0]
-    return dict(zip(JOBS, result, strict=True))
+ALLOCATOR = JobTests(JOBS)
+runs = ALLOCATOR.runs
 
-
-def _judge(traces, name: str) -> None:
-    config, ops = JOBS[name]
-    judge_trace(config, ops, job_traces(traces[name], config)[0])
-
-
-@pytest.mark.exercises("BlockAllocator")
-@pytest.mark.points(3)
-def test_new_block_exactly_when_the_last_is_full(traces):
-    _judge(traces, "boundary")
-
-
-@pytest.mark.exercises("BlockAllocator")
-@pytest.mark.points(3)
-def test_errors_for_unknown_and_existing_ids_and_negative_counts(traces):
-    _judge(traces, "errors")
-
-
-@pytest.mark.exercises("BlockAllocator")
-@pytest.mark.points(3)
-def test_exhaustion_is_atomic_and_recovers_after_free(traces):
-    _judge(traces, "exhaustion")
-
-
-@pytest.mark.exercises("BlockAllocator")
-@pytest.mark.points(3)
-def test_fork_shares_blocks_and_free_keeps_what_others_hold(traces):
-    _judge(traces, "fork")
+test_new_block_exactly_when_the_last_is_full = ALLOCATOR.test(3, "boundary")
+test_errors_for_unknown_and_existing_ids_and_negative_counts = ALLOCATOR.test(3, "errors")
+test_exhaustion_is_atomic_and_recovers_after_free = ALLOCATOR.test(3, "exhaustion")
+test_fork_shares_blocks_and_free_keeps_what_others_hold = ALLOCATOR.test(3, "fork")

@@ -7,7 +7,6 @@ import torch
 
 from grader.compare import assert_close
 from grader.seeds import seeded_generator
-from grader.suites.paged_kv._common import assert_close_fix_first
 from harness.cases import case_value, run_cases
 
 SHAPE = (6, 4, 2, 3)  # [num_blocks, block_size, kv_heads, head_dim]
@@ -84,9 +83,9 @@ def test_write_kv_stores_each_token_in_its_slot(results, cases):
     k_exp, v_exp = _expected_write(cases["write"])
     for name, got, exp in (("k_cache", results("write")["k_cache"], k_exp),
                            ("v_cache", results("write")["v_cache"], v_exp)):
-        assert_close_fix_first(got, exp, what=f"{name} after write_kv",
-                               hint="slot s is cache[s // block_size, s % block_size]; other "
-                                    "slots unchanged")
+        assert_close(got, exp, what=f"{name} after write_kv", hint_first=True,
+                     hint="slot s is cache[s // block_size, s % block_size]; other slots "
+                          "unchanged")
 
 
 @pytest.mark.exercises("write_kv")
@@ -110,6 +109,6 @@ def test_copy_blocks_copies_whole_blocks_of_both_caches(results, cases):
         expected = case[name].clone()
         for src, dst in case["copies"]:
             expected[dst] = expected[src]
-        assert_close_fix_first(results("copy")[name], expected, what=f"{name} after copy_blocks",
-                               hint="copy every (src, dst) pair in both caches, keys and "
-                                    "values; leave other blocks alone")
+        assert_close(results("copy")[name], expected, what=f"{name} after copy_blocks",
+                     hint_first=True, hint="copy every (src, dst) pair in both caches, keys "
+                                           "and values; leave other blocks alone")

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from grader.suites.paged_kv._model import judge_trace
-from grader.suites.paged_kv._ranks import job_traces, rank_run_ops
+from grader.suites.paged_kv._common import JobTests
 
 
 def chunk(i: int, block_size: int) -> list[int]:
@@ -73,37 +72,16 @@ LRU_OPS = [
     ("free", 5), ("free", 6), ("free", 9),
 ]
 
-JOBS = {"hits": (HITS, HITS_OPS), "partial": (PARTIAL, PARTIAL_OPS), "lru": (LRU, LRU_OPS)}
+JOBS = {"hits": (HITS, [HITS_OPS]), "partial": (PARTIAL, [PARTIAL_OPS]),
+        "lru": (LRU, [LRU_OPS])}
 
 
-@pytest.fixture(scope="module")
-def traces(launch):
-    jobs = [{"config": config, "sequences": [ops]} for config, ops in JOBS.values()]
-    result = launch(rank_run_ops, world_size=1, args=(jobs,), timeout=60).values[0]
-    return dict(zip(JOBS, result, strict=True))
+PREFIX = JobTests(JOBS)
+runs = PREFIX.runs
 
-
-def _judge(traces, name: str) -> None:
-    config, ops = JOBS[name]
-    judge_trace(config, ops, job_traces(traces[name], config)[0])
-
-
-@pytest.mark.exercises("PrefixCachingAllocator")
-@pytest.mark.points(4)
-def test_hits_only_on_whole_matching_prefixes(traces):
-    _judge(traces, "hits")
-
-
-@pytest.mark.exercises("PrefixCachingAllocator")
-@pytest.mark.points(3)
-def test_partial_blocks_are_not_reused_and_one_token_is_left(traces):
-    _judge(traces, "partial")
-
-
-@pytest.mark.exercises("PrefixCachingAllocator")
-@pytest.mark.points(5)
-def test_eviction_uncached_first_then_least_recently_used(traces):
-    _judge(traces, "lru")
+test_hits_only_on_whole_matching_prefixes = PREFIX.test(4, "hits")
+test_partial_blocks_are_not_reused_and_one_token_is_left = PREFIX.test(3, "partial")
+test_eviction_uncached_first_then_least_recently_used = PREFIX.test(5, "lru")
 
 
 # -- a forged collision ----------------------------------------------------------------------

@@ -11,11 +11,8 @@ lengths, copies, cached-token counts and eviction choices.
 
 from __future__ import annotations
 
-import pytest
-
+from grader.suites.paged_kv._common import JobTests
 from grader.suites.paged_kv._gen import draw_sequences
-from grader.suites.paged_kv._model import judge_all
-from grader.suites.paged_kv._ranks import job_traces, rank_run_ops
 
 EXAMPLES = 30
 CONFIGS = {
@@ -31,50 +28,14 @@ CONFIGS = {
 }
 
 
-@pytest.fixture(scope="module")
-def runs(launch):
-    sequences = {name: draw_sequences(config, EXAMPLES) for name, config in CONFIGS.items()}
-    jobs = [{"config": CONFIGS[name], "sequences": seqs} for name, seqs in sequences.items()]
-    traces = launch(rank_run_ops, world_size=1, args=(jobs,), timeout=120).values[0]
-    return {name: (sequences[name], job) for name, job in zip(CONFIGS, traces, strict=True)}
+# Drawn when the module is collected (about a second): the sequences are the jobs' data.
+PROPERTIES = JobTests({name: (config, draw_sequences(config, EXAMPLES))
+                       for name, config in CONFIGS.items()}, timeout=120)
+runs = PROPERTIES.runs
 
-
-def _judge(runs, name: str) -> None:
-    sequences, outcome = runs[name]
-    judge_all(CONFIGS[name], sequences, job_traces(outcome, CONFIGS[name]))
-
-
-@pytest.mark.exercises("BlockAllocator")
-@pytest.mark.points(4)
-def test_random_sequences_block_size_one(runs):
-    _judge(runs, "tokens_are_blocks")
-
-
-@pytest.mark.exercises("BlockAllocator")
-@pytest.mark.points(4)
-def test_random_sequences_with_forks_and_copy_on_write(runs):
-    _judge(runs, "forks")
-
-
-@pytest.mark.exercises("BlockAllocator")
-@pytest.mark.points(4)
-def test_random_sequences_in_a_three_block_pool(runs):
-    _judge(runs, "tiny_pool")
-
-
-@pytest.mark.exercises("PrefixCachingAllocator")
-@pytest.mark.points(2)
-def test_random_prefix_cache_sequences(runs):
-    _judge(runs, "prefix")
-
-
-@pytest.mark.exercises("PrefixCachingAllocator")
-@pytest.mark.points(1)
-def test_random_prefix_cache_sequences_roomy_pool(runs):
-    _judge(runs, "prefix_roomy")
-
-
-@pytest.mark.exercises("PrefixCachingAllocator")
-@pytest.mark.points(1)
-def test_random_prefix_cache_sequences_tight_pool(runs):
-    _judge(runs, "prefix_tight")
+test_random_sequences_block_size_one = PROPERTIES.test(4, "tokens_are_blocks")
+test_random_sequences_with_forks_and_copy_on_write = PROPERTIES.test(4, "forks")
+test_random_sequences_in_a_three_block_pool = PROPERTIES.test(4, "tiny_pool")
+test_random_prefix_cache_sequences = PROPERTIES.test(2, "prefix")
+test_random_prefix_cache_sequences_roomy_pool = PROPERTIES.test(1, "prefix_roomy")
+test_random_prefix_cache_sequences_tight_pool = PROPERTIES.test(1, "prefix_tight")

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from grader.compare import assert_close
-from grader.suites.ring_allreduce._ranks import GAP_FILL
-from harness import P2P_APIS, CommRecord, Forbid, NotImplementedInRank
+from grader.suites.ring_allreduce._ranks import GAP_FILL, run_cases
+from harness import P2P_APIS, CommRecord, Forbid, LaunchResult, NotImplementedInRank
 from harness.cases import Memo, case_values
 from harness.commlog import windows
 
@@ -97,6 +97,16 @@ class Case:
 
 def rank_args(cases: Sequence[Case], world_size: int) -> list[tuple[list[dict[str, Any]]]]:
     return [([c.to_rank(r) for c in cases],) for r in range(world_size)]
+
+
+def launch_cases(launch: Callable[..., LaunchResult], cases: Sequence[Case], world_size: int, *,
+                 groups: Sequence[tuple[int, ...]] = (), forbid: Forbid = P2P_ONLY,
+                 timeout: float = TIMEOUT_S) -> LaunchResult:
+    """Every case in one launch of `world_size` ranks (`_ranks.run_cases`), each in its own
+    error scope and log window ("case <i>"); `groups` are the subgroups the cases use, created
+    on every rank before the first case."""
+    return launch(run_cases, world_size, args=(list(groups),),
+                  rank_args=rank_args(cases, world_size), forbid=forbid, timeout=timeout)
 
 
 def reduction_case(gen: torch.Generator, label: str, call: str, op: str, shape: Sequence[int],
@@ -245,6 +255,13 @@ def sections(records: Sequence[CommRecord]) -> dict[str, list[CommRecord]]:
     return windows(records)
 
 
+def case_calls(result: LaunchResult, num_cases: int) -> list[dict[int, list[CommRecord]]]:
+    """Per case of a `launch_cases` launch, each rank's calls while it ran (rank -> records)."""
+    logs = [sections(records) for records in result.comm]
+    return [{rank: log.get(f"case {index}", []) for rank, log in enumerate(logs)}
+            for index in range(num_cases)]
+
+
 @dataclass(frozen=True, order=True)
 class CostProblem:
     """One violation of a ring's budget; sorting puts the most severe first.
@@ -296,6 +313,23 @@ def ring_cost_problems(logs: dict[int, list[CommRecord]], members: Sequence[int]
                 f"({phases}·(N-1) for N={n}), one chunk per step"
                 f"{'' if sends else '; send through dist.send/isend, never around them'}")))
     return problems
+
+
+def check_ring_traffic(cases: Sequence[Case], result: LaunchResult, world_size: int) -> None:
+    """The traffic of every ring collective of a `launch_cases` launch with D >= N elements
+    (N: its group's size) against the ring's budget (`ring_cost_problems`); raises with the
+    largest violation first. A call that raised fails here first: it has no traffic to judge."""
+    case_results(cases, result.values, world_size)
+    problems = []
+    for case, calls in zip(cases, case_calls(result, len(cases)), strict=True):
+        members, numel = case.members(world_size), case.inputs[0].numel()
+        if numel < len(members):
+            continue
+        phases = 2 if case.call == "all_reduce" else 1
+        problems += ring_cost_problems({rank: calls[rank] for rank in members}, members, numel,
+                                       phases, case.label, world_size,
+                                       case.inputs[0].element_size())
+    raise_cost_problems(problems)
 
 
 def raise_cost_problems(problems: Sequence[CostProblem], limit: int = 20) -> None:
@@ -377,6 +411,15 @@ def explained(exc: AssertionError, hints: Sequence[FailureHint] = FAILURE_HINTS
             first, _, rest = text.partition("\n")
             return AssertionError(f"{hint.message} ({first})\n{rest}".rstrip())
     return exc
+
+
+def explained_launch(make: Callable[[], LaunchResult],
+                     hints: Sequence[FailureHint] = FAILURE_HINTS) -> LaunchResult:
+    """`make()` (one launch), its failure raised again with the likely fix first (`explained`)."""
+    try:
+        return make()
+    except AssertionError as exc:
+        raise explained(exc, hints) from None
 
 
 def launch_memo(hints: Sequence[FailureHint] = FAILURE_HINTS) -> Memo:

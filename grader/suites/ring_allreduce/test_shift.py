@@ -19,19 +19,24 @@ from grader.suites.ring_allreduce._common import (
     SHIFT_ONLY,
     SUBGROUP_HANG,
     Case,
+    FailureHint,
     blocking_deadlock,
+    case_calls,
     case_results,
     check_all,
+    explained_launch,
+    launch_cases,
     launch_memo,
-    rank_args,
     reduction_case,
-    sections,
 )
-from grader.suites.ring_allreduce._ranks import run_cases, shift_large
-from harness import RankTimeout
+from grader.suites.ring_allreduce._ranks import shift_large
 
 WORLD_SIZES = (1, 2, 3, 4, 5, 6)
 SUBGROUPS = ((0, 1, 3), (1, 3), (0, 2))
+LARGE_SHIFT_HANG = FailureHint(match="did not finish within", message=(
+    f"ring_shift of a 4 MiB tensor on 5 ranks did not finish within {HANG_TIMEOUT_S:g} s: it "
+    "deadlocks when sends wait for their receiver; let even positions send first and odd ones "
+    "receive first (README §3)"))
 
 
 def build_cases(world_size: int, groups: tuple[tuple[int, ...], ...] = ((),)) -> list[Case]:
@@ -60,9 +65,9 @@ def shifts(launch):
         world_size, groups = (4, SUBGROUPS) if key == "subgroups" else (key, ((),))
         cases = build_cases(world_size, groups)
         group_list = [g for g in groups if g]
-        result = (subgroup_memo if key == "subgroups" else memo).get(key, lambda: launch(
-            run_cases, world_size, args=(group_list,), rank_args=rank_args(cases, world_size),
-            forbid=SHIFT_ONLY, timeout=HANG_TIMEOUT_S))
+        result = (subgroup_memo if key == "subgroups" else memo).get(key, lambda: launch_cases(
+            launch, cases, world_size, groups=group_list, forbid=SHIFT_ONLY,
+            timeout=HANG_TIMEOUT_S))
         return cases, result
 
     return run
@@ -83,11 +88,10 @@ def test_ring_shift_order_cannot_deadlock(shifts):
     for world_size in WORLD_SIZES[1:]:
         cases, result = shifts(world_size)
         case_results(cases, result.values, world_size)  # a call that raised made no calls
-        logs = [sections(records) for records in result.comm]
-        for index, case in enumerate(cases):
+        for case, records in zip(cases, case_calls(result, len(cases)), strict=True):
             calls = {}
             for rank in range(world_size):
-                made = [(r.op, r.peer) for r in logs[rank].get(f"case {index}", [])]
+                made = [(r.op, r.peer) for r in records[rank]]
                 wanted = [("recv", (rank - 1) % world_size), ("send", (rank + 1) % world_size)]
                 if sorted(made, key=str) != sorted(wanted, key=str):
                     raise AssertionError(
@@ -107,14 +111,9 @@ def test_ring_shift_order_cannot_deadlock(shifts):
 def test_ring_shift_large_message_odd_world(launch):
     """5 ranks, 4 MiB each: far more than any socket buffer, so every send really blocks."""
     world_size, numel = 5, 1 << 20
-    try:
-        result = launch(shift_large, world_size, args=(numel,), forbid=SHIFT_ONLY,
-                        timeout=HANG_TIMEOUT_S)
-    except RankTimeout as exc:
-        raise AssertionError(
-            f"ring_shift of a 4 MiB tensor on {world_size} ranks did not finish within "
-            f"{HANG_TIMEOUT_S:g} s: it deadlocks when sends wait for their receiver; let even "
-            f"positions send first and odd ones receive first (README §3)\n{exc}") from None
+    result = explained_launch(lambda: launch(shift_large, world_size, args=(numel,),
+                                             forbid=SHIFT_ONLY, timeout=HANG_TIMEOUT_S),
+                              (LARGE_SHIFT_HANG,))
     for rank, got in enumerate(result.values):
         source = (rank - 1) % world_size
         expected = torch.arange(source * numel, (source + 1) * numel, dtype=torch.float32)
@@ -128,11 +127,10 @@ def test_ring_shift_subgroups(shifts):
     """Groups (0, 1, 3), (1, 3) and (0, 2) of 4 ranks: neighbours are group neighbours."""
     cases, result = shifts("subgroups")
     check_all(cases, result.values, 4, "shift")
-    logs = [sections(records) for records in result.comm]
-    for index, case in enumerate(cases):
+    for case, records in zip(cases, case_calls(result, len(cases)), strict=True):
         members = case.members(4)
         for position, rank in enumerate(members):
-            peers = {r.op: r.peer for r in logs[rank].get(f"case {index}", [])}
+            peers = {r.op: r.peer for r in records[rank]}
             successor = members[(position + 1) % len(members)]
             if peers.get("send") != successor:
                 raise AssertionError(

@@ -11,20 +11,14 @@ import torch
 
 from grader.seeds import seeded_generator
 from grader.suites.ring_allreduce._common import (
-    P2P_ONLY,
-    TIMEOUT_S,
     Case,
-    case_results,
     check_all,
+    check_ring_traffic,
     gather_case,
+    launch_cases,
     launch_memo,
-    raise_cost_problems,
-    rank_args,
     reduction_case,
-    ring_cost_problems,
-    sections,
 )
-from grader.suites.ring_allreduce._ranks import run_cases
 
 WORLD_SIZE = 4
 GROUPS = [(0, 1, 3), (1, 3), (0, 2)]
@@ -64,9 +58,8 @@ def subgroups(launch):
     cases = build_cases()
 
     def run():
-        return cases, memo.get("subgroups", lambda: launch(
-            run_cases, WORLD_SIZE, args=(GROUPS,), rank_args=rank_args(cases, WORLD_SIZE),
-            forbid=P2P_ONLY, timeout=TIMEOUT_S))
+        return cases, memo.get("subgroups", lambda: launch_cases(
+            launch, cases, WORLD_SIZE, groups=GROUPS))
 
     return run
 
@@ -89,13 +82,4 @@ def test_disjoint_subgroups_concurrently(subgroups):
 @pytest.mark.points(2)
 def test_subgroup_traffic_stays_in_the_group_ring(subgroups):
     cases, result = subgroups()
-    case_results(cases, result.values, WORLD_SIZE)  # a call that raised has no traffic to judge
-    logs = [sections(records) for records in result.comm]
-    problems = []
-    for index, case in enumerate(cases):
-        members = case.members(WORLD_SIZE)
-        per_rank = {rank: logs[rank].get(f"case {index}", []) for rank in members}
-        phases = 2 if case.call == "all_reduce" else 1
-        problems += ring_cost_problems(per_rank, members, case.inputs[0].numel(), phases,
-                                       case.label, WORLD_SIZE, case.inputs[0].element_size())
-    raise_cost_problems(problems)
+    check_ring_traffic(cases, result, WORLD_SIZE)

@@ -16,20 +16,15 @@ from grader.suites.ring_allreduce._common import (
     INT_DTYPES,
     LARGE_PRIME,
     OPS,
-    P2P_ONLY,
     TIMEOUT_S,
     Case,
-    case_results,
     check_all,
+    check_ring_traffic,
     gather_case,
+    launch_cases,
     launch_memo,
-    raise_cost_problems,
-    rank_args,
     reduction_case,
-    ring_cost_problems,
-    sections,
 )
-from grader.suites.ring_allreduce._ranks import run_cases
 
 WORLD_SIZES = (1, 2, 3, 4, 5, 6)
 
@@ -88,9 +83,8 @@ def sweep(launch):
 
     def run(world_size: int):
         cases = build_cases(world_size)
-        result = memo.get(world_size, lambda: launch(
-            run_cases, world_size, args=([],), rank_args=rank_args(cases, world_size),
-            forbid=P2P_ONLY, timeout=memo.timeout(TIMEOUT_S)))
+        result = memo.get(world_size, lambda: launch_cases(
+            launch, cases, world_size, timeout=memo.timeout(TIMEOUT_S)))
         return cases, result
 
     return run
@@ -142,16 +136,4 @@ def test_all_gather(sweep, world_size):
 def test_ring_traffic_within_budget(sweep, world_size):
     """Every call with D >= N: (1 or 2)·(N-1) messages per rank, to the successor, in budget."""
     cases, result = sweep(world_size)
-    case_results(cases, result.values, world_size)  # a call that raised has no traffic to judge
-    logs = [sections(records) for records in result.comm]
-    problems = []
-    for index, case in enumerate(cases):
-        numel = case.inputs[0].numel()
-        if numel < world_size:
-            continue
-        members = case.members(world_size)
-        per_rank = {rank: logs[rank].get(f"case {index}", []) for rank in members}
-        phases = 2 if case.call == "all_reduce" else 1
-        problems += ring_cost_problems(per_rank, members, numel, phases, case.label, world_size,
-                                       case.inputs[0].element_size())
-    raise_cost_problems(problems)
+    check_ring_traffic(cases, result, world_size)

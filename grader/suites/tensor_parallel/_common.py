@@ -69,6 +69,18 @@ def dense_linear_run(linear: nn.Linear, x: torch.Tensor,
                                                    for k, v in grads_of(linear).items()}}
 
 
+def dense_linear_case(in_features: int, out_features: int, bias: bool, seed: int
+                      ) -> dict[str, Any]:
+    """One layer test's data: the dense layer's `state` (from `seed`), an input `x` [2, 3, in]
+    and an upstream gradient `grad_y` [2, 3, out] (from seed + 100 and seed + 200), and the
+    dense results `expected` (`dense_linear_run`)."""
+    linear = dense_linear(in_features, out_features, bias, seed)
+    x = randn(seed + 100, 2, 3, in_features)
+    grad_y = randn(seed + 200, 2, 3, out_features)
+    return {"state": linear_state(linear), "x": x, "grad_y": grad_y,
+            "expected": dense_linear_run(linear, x, grad_y)}
+
+
 def dense_mlp_run(up: nn.Linear, down: nn.Linear, x: torch.Tensor,
                   grad_out: torch.Tensor) -> dict[str, Any]:
     """The dense MLP down(gelu(up(x))): output and every gradient."""
@@ -105,24 +117,14 @@ def where(rank: int, world: int) -> str:
 
 
 def check(actual: Any, expected: torch.Tensor | None, what: str, hint: str = "") -> None:
-    """assert_close that also accepts None == None (a bias-less layer's bias and its grad);
-    the hint, when given, comes right after `what`."""
+    """`assert_close` with the hint first (`hint_first`), that also accepts None == None (a
+    bias-less layer's bias and its grad)."""
     if expected is None:
         if actual is not None:
             raise AssertionError(f"{what}: expected None (no bias), got a "
                                  f"{type(actual).__name__}")
         return
-    if actual is None:
-        raise AssertionError(f"{what}: got None; expected a tensor of shape "
-                             f"{tuple(expected.shape)}{'; ' + hint if hint else ''}")
-    try:
-        assert_close(actual, expected, what=what)
-    except AssertionError as exc:
-        if not hint:
-            raise
-        # The fix right after what was compared, before the numbers: a report keeps only the
-        # first 200 characters of the first line.
-        raise AssertionError(f"{what}: {hint}; {str(exc).removeprefix(what + ': ')}") from None
+    assert_close(actual, expected, what=what, hint=hint, hint_first=True)
 
 
 def describe(records: list[CommRecord]) -> str:
@@ -150,3 +152,14 @@ def leaf(t: torch.Tensor) -> torch.Tensor:
 
 def param_grad(p: torch.Tensor | None) -> torch.Tensor | None:
     return None if p is None else p.grad
+
+
+def linear_step(layer: nn.Module, x: torch.Tensor, grad_y: torch.Tensor) -> dict[str, Any]:
+    """Run a (sharded) linear layer on a leaf copy of `x` and backpropagate `grad_y`: the output
+    `y`, `x_grad`, `weight_grad` and `bias_grad` (None without a bias), the keys of
+    `dense_linear_run`."""
+    x = leaf(x)
+    y = layer(x)
+    y.backward(grad_y)
+    return {"y": y.detach(), "x_grad": x.grad, "weight_grad": param_grad(layer.weight),
+            "bias_grad": param_grad(layer.bias)}

@@ -23,7 +23,7 @@ from grader.suites.tensor_parallel._common import (
     describe,
     leaf,
     linear_state,
-    param_grad,
+    linear_step,
     randn,
     shard,
 )
@@ -77,17 +77,11 @@ def rank_groups(ctx, data) -> dict:
 
     def column():
         layer = tp.ColumnParallelLinear.from_dense(build_linear(data["column"]), group=group)
-        x = leaf(data["x"])
-        y = layer(x)
-        y.backward(shard(data["grad_wide"], r, TP))
-        return {"y": y.detach(), "x_grad": x.grad, "weight_grad": param_grad(layer.weight)}
+        return linear_step(layer, data["x"], shard(data["grad_wide"], r, TP))
 
     def row():
         layer = tp.RowParallelLinear.from_dense(build_linear(data["row"]), group=group)
-        x = leaf(shard(data["x_wide"], r, TP))
-        y = layer(x)
-        y.backward(data["grad_narrow"])
-        return {"y": y.detach(), "x_grad": x.grad, "weight_grad": param_grad(layer.weight)}
+        return linear_step(layer, shard(data["x_wide"], r, TP), data["grad_narrow"])
 
     def mlp():
         layer = tp.ParallelMLP.from_dense(build_linear(data["up"]), build_linear(data["down"]),

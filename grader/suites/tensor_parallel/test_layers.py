@@ -18,12 +18,8 @@ from grader.suites.tensor_parallel._common import (
     TIMEOUT_S,
     build_linear,
     check,
-    dense_linear,
-    dense_linear_run,
-    leaf,
-    linear_state,
-    param_grad,
-    randn,
+    dense_linear_case,
+    linear_step,
     shard,
     where,
 )
@@ -45,11 +41,7 @@ def _name(kind: str, case: dict) -> str:
 def _inputs(kind: str, case: dict) -> dict:
     """Dense layer, input, upstream gradient and the dense results of one case."""
     in_f, out_f = (NARROW, WIDE) if kind == "column" else (WIDE, NARROW)
-    linear = dense_linear(in_f, out_f, case["bias"], case["seed"])
-    x = randn(case["seed"] + 100, 2, 3, in_f)
-    grad_y = randn(case["seed"] + 200, 2, 3, out_f)
-    return {"state": linear_state(linear), "x": x, "grad_y": grad_y,
-            "expected": dense_linear_run(linear, x, grad_y)}
+    return dense_linear_case(in_f, out_f, case["bias"], case["seed"])
 
 
 INPUTS = {_name(kind, case): _inputs(kind, case)
@@ -73,12 +65,7 @@ def rank_layers(ctx, column_cases, row_cases, inputs) -> dict:
     def run(name, make, x, grad_y):
         # When the "built" part failed, building again raises the same error here (a stub's
         # NotImplementedError included), so this part is graded like that one.
-        layer = layers[name] if name in layers else make()
-        x = leaf(x)
-        y = layer(x)
-        y.backward(grad_y)
-        return {"y": y.detach(), "x_grad": x.grad,
-                "weight_grad": param_grad(layer.weight), "bias_grad": param_grad(layer.bias)}
+        return linear_step(layers[name] if name in layers else make(), x, grad_y)
 
     parts = []
     for case in column_cases:

@@ -16,12 +16,8 @@ from grader.suites.tensor_parallel._common import (
     TIMEOUT_S,
     build_linear,
     check,
-    dense_linear,
-    dense_linear_run,
-    leaf,
-    linear_state,
-    param_grad,
-    randn,
+    dense_linear_case,
+    linear_step,
     shard,
     where,
 )
@@ -29,9 +25,7 @@ from harness.cases import case_values, run_cases
 
 WORLD = 4
 BAD = 6  # divisible by 2 but not by WORLD
-BIASLESS = dense_linear(12, 8, False, 90)
-BIASLESS_X, BIASLESS_GRAD = randn(91, 2, 3, 12), randn(92, 2, 3, 8)
-BIASLESS_EXPECTED = dense_linear_run(BIASLESS, BIASLESS_X, BIASLESS_GRAD)
+BIASLESS = dense_linear_case(12, 8, False, 90)
 BAD_CALLS = [
     "ColumnParallelLinear(8, 6)",
     "ColumnParallelLinear.from_dense(nn.Linear(8, 6))",
@@ -63,7 +57,7 @@ def _param(p: torch.Tensor | None) -> dict | None:
             "max_abs": float(p.detach().abs().max()) if p.numel() else 0.0}
 
 
-def rank_errors(ctx, biasless_state, biasless_x, biasless_grad) -> dict:
+def rank_errors(ctx, biasless) -> dict:
     tp = ctx.impl_module("tensor_parallel", "layers")
     r, p = ctx.rank, ctx.world_size
 
@@ -93,12 +87,9 @@ def rank_errors(ctx, biasless_state, biasless_x, biasless_grad) -> dict:
                                     ("ParallelMLP(8, 16).down", mlp.down))}
 
     def biasless_row():
-        layer = tp.RowParallelLinear.from_dense(build_linear(biasless_state))
-        x = leaf(shard(biasless_x, r, p))
-        y = layer(x)
-        y.backward(biasless_grad)
-        return {"bias": layer.bias, "y": y.detach(), "x_grad": x.grad,
-                "weight_grad": param_grad(layer.weight)}
+        layer = tp.RowParallelLinear.from_dense(build_linear(biasless["state"]))
+        return {"bias": layer.bias, **linear_step(layer, shard(biasless["x"], r, p),
+                                                  biasless["grad_y"])}
 
     def bad_target():
         logits = torch.zeros(3, 5, 2, dtype=torch.float64)
@@ -113,9 +104,9 @@ def rank_errors(ctx, biasless_state, biasless_x, biasless_grad) -> dict:
 
 @pytest.fixture(scope="module")
 def run(launch):
-    return launch(rank_errors, world_size=WORLD,
-                  args=(linear_state(BIASLESS), BIASLESS_X, BIASLESS_GRAD),
-                  backend=BACKEND, timeout=TIMEOUT_S).values
+    biasless = {key: BIASLESS[key] for key in ("state", "x", "grad_y")}  # not the expected
+    return launch(rank_errors, world_size=WORLD, args=(biasless,), backend=BACKEND,
+                  timeout=TIMEOUT_S).values
 
 
 EXPECTED_SHAPES = {
@@ -174,10 +165,10 @@ def test_row_layer_without_bias(run):
     for r, value in enumerate(case_values(run, "biasless row")):
         what = f"{where(r, WORLD)} RowParallelLinear.from_dense(nn.Linear(12, 8, bias=False))"
         check(value["bias"], None, f"{what}.bias")
-        check(value["y"], BIASLESS_EXPECTED["y"], f"{what}: output")
-        check(value["x_grad"], shard(BIASLESS_EXPECTED["x_grad"], r, WORLD),
+        check(value["y"], BIASLESS["expected"]["y"], f"{what}: output")
+        check(value["x_grad"], shard(BIASLESS["expected"]["x_grad"], r, WORLD),
               f"{what}: input gradient")
-        check(value["weight_grad"], shard(BIASLESS_EXPECTED["weight_grad"], r, WORLD, dim=1),
+        check(value["weight_grad"], shard(BIASLESS["expected"]["weight_grad"], r, WORLD, dim=1),
               f"{what}: weight gradient")
 
 

@@ -7,15 +7,18 @@ default of `grader.compare`, or for attention the bound `attention_bound` derive
 inputs) measures the kernel's rounding alone. `run(launch, fn, cases)`
 sends every case of a module to one rank in one launch (see `_ranks.run_cases`); `check(case,
 result)` judges one case and raises AssertionError with a message whose first line says which
-call, how far off, and the likely fix, without the hidden inputs.
+call, how far off, and the likely fix, without the hidden inputs. `CaseTests` makes a module's
+launch fixture and its graded tests, one line per test ("case `key` is worth `points`").
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 import torch
 
 from grader.compare import Tolerance, assert_close, attention_bound, softmax_bound
@@ -82,6 +85,47 @@ def check(case: Case, result: dict[str, Any], *, check_lse: bool = True,
         return
     assert_close(out, case.expected, what=case.name, hint=case.hint, hint_first=True,
                  dtype=OUT_DTYPE, tol=case.tol[0] if case.tol else None)
+
+
+def results_fixture(cases: dict[str, Case]) -> Any:
+    """The module-scoped fixture `results` of a test module (assign it to the module-level name
+    `results`): every case of `cases` in one launch (`run`), case name -> the rank's result."""
+    ordered = list(cases.values())
+
+    @pytest.fixture(scope="module", name="results")
+    def results(launch: Any) -> dict[str, dict[str, Any]]:
+        return run(launch, ordered)
+
+    return results
+
+
+class CaseTests:
+    """The graded tests of a module whose cases each check one wrapper call of `function`.
+
+        SOFTMAX = CaseTests("softmax", build_cases())
+        results = SOFTMAX.results             # the module's launch (`results_fixture`)
+        test_width_200 = SOFTMAX.test(2, "w200")
+
+    `test(points, *keys, **check_kw)` is a test worth `points` that exercises `function` and
+    passes when every case of `keys` passes `check(case, result, **check_kw)`; pytest collects
+    it under the module-level name it is assigned to.
+    """
+
+    def __init__(self, function: str, cases: dict[str, Case]) -> None:
+        self.function = function
+        self.cases = cases
+        self.results = results_fixture(cases)
+
+    def test(self, points: int, *keys: str, **check_kw: bool) -> Callable[..., None]:
+        chosen = [self.cases[key] for key in keys]
+
+        @pytest.mark.exercises(self.function)
+        @pytest.mark.points(points)
+        def test(results: dict[str, dict[str, Any]]) -> None:
+            for case in chosen:
+                check(case, results[case.name], **check_kw)
+
+        return test
 
 
 def shape_text(*tensors: torch.Tensor) -> str:

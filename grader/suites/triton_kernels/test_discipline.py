@@ -18,8 +18,8 @@ from grader.suites.triton_kernels._common import (
     check_call,
     paged_inputs,
     paged_ref,
+    results_fixture,
     rms_norm_ref,
-    run,
     softmax_ref,
 )
 
@@ -41,11 +41,7 @@ def build_cases() -> dict[str, Case]:
 
 
 CASES = build_cases()
-
-
-@pytest.fixture(scope="module")
-def results(launch):
-    return run(launch, list(CASES.values()))
+results = results_fixture(CASES)
 
 
 @pytest.mark.points(2)

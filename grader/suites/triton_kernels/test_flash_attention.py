@@ -9,16 +9,14 @@ matrix, within the bound `grader.compare.attention_bound` derives from each case
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from grader.seeds import seeded_generator
 from grader.suites.triton_kernels._common import (
     Case,
+    CaseTests,
     attention_ref,
     attention_tolerances,
-    check,
-    run,
 )
 
 ONLINE_HINT = ("when the running max grows, rescale both the running sum and the accumulator "
@@ -64,86 +62,19 @@ def build_cases() -> dict[str, Case]:
     ])
 
 
-CASES = build_cases()
+FLASH = CaseTests("flash_attention", build_cases())
+results = FLASH.results
 
 
-@pytest.fixture(scope="module")
-def results(launch):
-    return run(launch, list(CASES.values()))
-
-
-def _check(results, key: str, **kw) -> None:
-    check(CASES[key], results[CASES[key].name], **kw)
-
-
-@pytest.mark.exercises("flash_attention")
-@pytest.mark.points(1)
-def test_single_query(results):
-    _check(results, "seq1")
-    _check(results, "seq1_causal")
-
-
-@pytest.mark.exercises("flash_attention")
-@pytest.mark.points(3)
-def test_non_causal_out(results):
-    _check(results, "dense", check_lse=False)
-
-
-@pytest.mark.exercises("flash_attention")
-@pytest.mark.points(3)
-def test_non_causal_lse(results):
-    _check(results, "dense", check_out=False)
-
-
-@pytest.mark.exercises("flash_attention")
-@pytest.mark.points(3)
-def test_causal_out(results):
-    _check(results, "causal", check_lse=False)
-
-
-@pytest.mark.exercises("flash_attention")
-@pytest.mark.points(2)
-def test_causal_lse(results):
-    _check(results, "causal", check_out=False)
-
-
-@pytest.mark.exercises("flash_attention")
-@pytest.mark.points(2)
-def test_causal_seq_37(results):
-    _check(results, "causal37")
-
-
-@pytest.mark.exercises("flash_attention")
-@pytest.mark.points(2)
-def test_head_dim_not_power_of_two(results):
-    _check(results, "dim24")
-
-
-@pytest.mark.exercises("flash_attention")
-@pytest.mark.points(2)
-def test_seq_q_differs_from_seq_k(results):
-    _check(results, "cross")
-
-
-@pytest.mark.exercises("flash_attention")
-@pytest.mark.points(2)
-def test_large_scores_stable(results):
-    _check(results, "large")
-
-
-@pytest.mark.exercises("flash_attention")
-@pytest.mark.points(1)
-def test_explicit_scale(results):
-    _check(results, "scale")
-
-
-@pytest.mark.exercises("flash_attention")
-@pytest.mark.points(2)
-def test_non_contiguous_layout(results):
-    _check(results, "bshd")
-
-
-@pytest.mark.exercises("flash_attention")
-@pytest.mark.points(1)
-def test_batch_and_heads(results):
-    _check(results, "batched")
+test_single_query = FLASH.test(1, "seq1", "seq1_causal")
+test_non_causal_out = FLASH.test(3, "dense", check_lse=False)
+test_non_causal_lse = FLASH.test(3, "dense", check_out=False)
+test_causal_out = FLASH.test(3, "causal", check_lse=False)
+test_causal_lse = FLASH.test(2, "causal", check_out=False)
+test_causal_seq_37 = FLASH.test(2, "causal37")
+test_head_dim_not_power_of_two = FLASH.test(2, "dim24")
+test_seq_q_differs_from_seq_k = FLASH.test(2, "cross")
+test_large_scores_stable = FLASH.test(2, "large")
+test_explicit_scale = FLASH.test(1, "scale")
+test_non_contiguous_layout = FLASH.test(2, "bshd")
+test_batch_and_heads = FLASH.test(1, "batched")

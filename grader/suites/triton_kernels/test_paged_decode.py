@@ -8,17 +8,15 @@ reference that gathers each sequence's tokens.
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from grader.seeds import seeded_generator
 from grader.suites.triton_kernels._common import (
     Case,
-    check,
+    CaseTests,
     paged_inputs,
     paged_ref,
     paged_tolerances,
-    run,
 )
 
 LENGTH_HINT = ("mask the slots of the last block past context_lens[b], and read token t of "
@@ -55,49 +53,13 @@ def build_cases() -> dict[str, Case]:
     ])
 
 
-CASES = build_cases()
+PAGED_DECODE = CaseTests("paged_attention_decode", build_cases())
+results = PAGED_DECODE.results
 
 
-@pytest.fixture(scope="module")
-def results(launch):
-    return run(launch, list(CASES.values()))
-
-
-def _check(results, key: str) -> None:
-    check(CASES[key], results[CASES[key].name])
-
-
-@pytest.mark.exercises("paged_attention_decode")
-@pytest.mark.points(2)
-def test_length_one(results):
-    _check(results, "len1")
-
-
-@pytest.mark.exercises("paged_attention_decode")
-@pytest.mark.points(3)
-def test_lengths_at_block_boundaries(results):
-    _check(results, "boundary")
-
-
-@pytest.mark.exercises("paged_attention_decode")
-@pytest.mark.points(2)
-def test_lengths_next_to_boundaries(results):
-    _check(results, "past_boundary")
-
-
-@pytest.mark.exercises("paged_attention_decode")
-@pytest.mark.points(3)
-def test_several_sequences_shuffled_blocks(results):
-    _check(results, "mixed")
-
-
-@pytest.mark.exercises("paged_attention_decode")
-@pytest.mark.points(2)
-def test_block_size_not_power_of_two(results):
-    _check(results, "odd_block")
-
-
-@pytest.mark.exercises("paged_attention_decode")
-@pytest.mark.points(2)
-def test_scale_and_int64_tables(results):
-    _check(results, "scale_int64")
+test_length_one = PAGED_DECODE.test(2, "len1")
+test_lengths_at_block_boundaries = PAGED_DECODE.test(3, "boundary")
+test_lengths_next_to_boundaries = PAGED_DECODE.test(2, "past_boundary")
+test_several_sequences_shuffled_blocks = PAGED_DECODE.test(3, "mixed")
+test_block_size_not_power_of_two = PAGED_DECODE.test(2, "odd_block")
+test_scale_and_int64_tables = PAGED_DECODE.test(2, "scale_int64")

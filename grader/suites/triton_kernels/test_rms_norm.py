@@ -6,11 +6,10 @@ float64 torch reference within the float32 tolerance of grader.compare.
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from grader.seeds import seeded_generator
-from grader.suites.triton_kernels._common import Case, check, rms_norm_ref, run
+from grader.suites.triton_kernels._common import Case, CaseTests, rms_norm_ref
 
 MEAN_HINT = "divide the sum of squares by the row width, not by your block size"
 
@@ -43,49 +42,13 @@ def build_cases() -> dict[str, Case]:
     ])
 
 
-CASES = build_cases()
+RMS_NORM = CaseTests("rms_norm", build_cases())
+results = RMS_NORM.results
 
 
-@pytest.fixture(scope="module")
-def results(launch):
-    return run(launch, list(CASES.values()))
-
-
-def _check(results, key: str) -> None:
-    check(CASES[key], results[CASES[key].name])
-
-
-@pytest.mark.exercises("rms_norm")
-@pytest.mark.points(2)
-def test_width_90(results):
-    _check(results, "d90")
-
-
-@pytest.mark.exercises("rms_norm")
-@pytest.mark.points(2)
-def test_width_781(results):
-    _check(results, "d781")
-
-
-@pytest.mark.exercises("rms_norm")
-@pytest.mark.points(2)
-def test_eps_and_zero_row(results):
-    _check(results, "eps")
-
-
-@pytest.mark.exercises("rms_norm")
-@pytest.mark.points(2)
-def test_non_contiguous_input(results):
-    _check(results, "transposed")
-
-
-@pytest.mark.exercises("rms_norm")
-@pytest.mark.points(1)
-def test_large_values(results):
-    _check(results, "large")
-
-
-@pytest.mark.exercises("rms_norm")
-@pytest.mark.points(1)
-def test_width_one(results):
-    _check(results, "d1")
+test_width_90 = RMS_NORM.test(2, "d90")
+test_width_781 = RMS_NORM.test(2, "d781")
+test_eps_and_zero_row = RMS_NORM.test(2, "eps")
+test_non_contiguous_input = RMS_NORM.test(2, "transposed")
+test_large_values = RMS_NORM.test(1, "large")
+test_width_one = RMS_NORM.test(1, "d1")

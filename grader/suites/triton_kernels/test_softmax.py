@@ -6,11 +6,10 @@ float64 torch reference within the float32 tolerance of grader.compare.
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from grader.seeds import seeded_generator
-from grader.suites.triton_kernels._common import Case, check, run, softmax_ref, softmax_tolerance
+from grader.suites.triton_kernels._common import Case, CaseTests, softmax_ref, softmax_tolerance
 
 MASK_HINT = "do padded columns (past the row's end) load as -inf so they add nothing?"
 
@@ -43,61 +42,15 @@ def build_cases() -> dict[str, Case]:
     ])
 
 
-CASES = build_cases()
+SOFTMAX = CaseTests("softmax", build_cases())
+results = SOFTMAX.results
 
 
-@pytest.fixture(scope="module")
-def results(launch):
-    return run(launch, list(CASES.values()))
-
-
-def _check(results, key: str) -> None:
-    check(CASES[key], results[CASES[key].name])
-
-
-@pytest.mark.exercises("softmax")
-@pytest.mark.points(1)
-def test_single_element(results):
-    _check(results, "single")
-
-
-@pytest.mark.exercises("softmax")
-@pytest.mark.points(2)
-def test_width_200(results):
-    _check(results, "w200")
-
-
-@pytest.mark.exercises("softmax")
-@pytest.mark.points(2)
-def test_width_781(results):
-    _check(results, "w781")
-
-
-@pytest.mark.exercises("softmax")
-@pytest.mark.points(2)
-def test_100_by_90(results):
-    _check(results, "100x90")
-
-
-@pytest.mark.exercises("softmax")
-@pytest.mark.points(1)
-def test_power_of_two_width(results):
-    _check(results, "pow2")
-
-
-@pytest.mark.exercises("softmax")
-@pytest.mark.points(1)
-def test_constant_rows(results):
-    _check(results, "constant")
-
-
-@pytest.mark.exercises("softmax")
-@pytest.mark.points(3)
-def test_large_values_stable(results):
-    _check(results, "large")
-
-
-@pytest.mark.exercises("softmax")
-@pytest.mark.points(2)
-def test_non_contiguous_input(results):
-    _check(results, "transposed")
+test_single_element = SOFTMAX.test(1, "single")
+test_width_200 = SOFTMAX.test(2, "w200")
+test_width_781 = SOFTMAX.test(2, "w781")
+test_100_by_90 = SOFTMAX.test(2, "100x90")
+test_power_of_two_width = SOFTMAX.test(1, "pow2")
+test_constant_rows = SOFTMAX.test(1, "constant")
+test_large_values_stable = SOFTMAX.test(3, "large")
+test_non_contiguous_input = SOFTMAX.test(2, "transposed")
