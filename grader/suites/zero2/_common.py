@@ -31,6 +31,7 @@ from torch import nn
 
 from grader.seeds import seeded_generator, shifted
 from harness import CommRecord
+from harness.cases import Memo
 from harness.launcher import preload
 
 # torch.optim imports torch._dynamo on first use: seconds per rank unless the forkserver has it.
@@ -299,32 +300,25 @@ class Run:
     world_size: int
 
 
-_RUNS: dict[tuple[str, str], Run | AssertionError] = {}
+_RUNS = Memo()  # (impl, name) -> Run, or the launch's error
 
 
 def shared_run(launch: Any, impl: str, name: str) -> Run:
     """CONFIGS[name] trained once per pytest process and --impl, for every module that asks.
 
-    A failed launch is remembered too, so each test that needs it fails at once.
+    A failed launch is remembered too (harness.cases.Memo), so each test that needs it fails
+    at once with the same reason.
     """
-    key = (impl, name)
-    if key not in _RUNS:
+    def make() -> Run:
         spec, world_size = CONFIGS[name]
         x, y = make_data(spec, world_size)
-        try:
-            result = launch(rank_train, world_size=world_size, args=(spec,),
-                            rank_args=rank_slices(x, y, world_size), timeout=LAUNCH_TIMEOUT)
-        except AssertionError as exc:  # a LaunchError: the code under test failed
-            _RUNS[key] = exc
-        else:
-            state_after = (spec["checkpoint_after"],) if spec.get("checkpoint_after") else ()
-            _RUNS[key] = Run(result.values, result.comm,
-                             reference_run(spec, x, y, state_after=state_after), spec,
-                             world_size)
-    run = _RUNS[key]
-    if isinstance(run, AssertionError):
-        raise run
-    return run
+        result = launch(rank_train, world_size=world_size, args=(spec,),
+                        rank_args=rank_slices(x, y, world_size), timeout=LAUNCH_TIMEOUT)
+        state_after = (spec["checkpoint_after"],) if spec.get("checkpoint_after") else ()
+        return Run(result.values, result.comm,
+                   reference_run(spec, x, y, state_after=state_after), spec, world_size)
+
+    return _RUNS.get((impl, name), make)
 
 
 # -- communication accounting (parent) ---------------------------------------------------------
@@ -341,18 +335,6 @@ class Traffic:
     @property
     def total(self) -> float:
         return self.reduce_scatter + self.all_gather + self.p2p
-
-
-def windows(records: list[CommRecord]) -> dict[str, list[CommRecord]]:
-    """The records after each mark, keyed by the mark's label, up to the next mark."""
-    out: dict[str, list[CommRecord]] = {}
-    current: list[CommRecord] | None = None
-    for rec in records:
-        if rec.op == "mark":
-            current = out.setdefault(rec.label, [])
-        elif current is not None:
-            current.append(rec)
-    return out
 
 
 def traffic(records: list[CommRecord], world_size: int) -> Traffic:

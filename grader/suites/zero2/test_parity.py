@@ -18,8 +18,8 @@ from grader.suites.zero2._common import (
     shared_run,
     traffic,
     where,
-    windows,
 )
+from harness.commlog import windows
 
 # Every test calls the module's one public name.
 pytestmark = pytest.mark.exercises("Zero2Optimizer")
