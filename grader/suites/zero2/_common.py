@@ -179,18 +179,91 @@ def where(rank: int, world_size: int) -> str:
     return f"[rank {rank} of {world_size}]"
 
 
+# The usual causes of a training mismatch, when `diagnose` finds none that stands out.
+TRAINING_HINT = ("check the average over ranks (divide the sum by N), the offsets of parameters "
+                 "cut by a shard boundary, and that each piece keeps its own group's lr and "
+                 "weight decay")
+
+
+def flat_layout(spec: dict) -> list[tuple[str, int, int]]:
+    """(name, start, numel) of each trainable parameter in the flat space: param-group order,
+    then order within the group, frozen parameters left out (the stub's layout contract)."""
+    model = build_model(spec)
+    named = dict(model.named_parameters())
+    order = list(named) if spec.get("groups") is None else [
+        n for g in spec["groups"] for n in g["names"]]
+    out, start = [], 0
+    for name in order:
+        if named[name].requires_grad:
+            out.append((name, start, named[name].numel()))
+            start += named[name].numel()
+    return out
+
+
+def diagnose(got: list[dict[str, torch.Tensor]], step: int, ref: Reference, spec: dict,
+             world_size: int) -> str:
+    """The likely cause of a mismatch after `step` (0-based), from every rank's parameters
+    `got[r]`: ranks that disagree, a parameter wrong from a shard boundary on, or errors
+    proportional to the weights (weight decay). "" when none of them stands out."""
+    from grader.compare import tolerance
+
+    for rank in range(1, len(got)):
+        for name, tensor in got[0].items():
+            if not torch.equal(got[rank][name], tensor):
+                return (f"rank {rank} and rank 0 hold different {name}: all-gather every shard "
+                        f"so that every rank copies the same updated values")
+    expected, before = ref.history[step], ref.history[step - 1] if step else ref.initial
+    size = shard_numel(spec, world_size)
+    ratios: dict[str, torch.Tensor] = {}
+    for name, start, _numel in flat_layout(spec):
+        error = (got[0][name] - expected[name]).flatten()
+        tol = tolerance(expected[name].dtype, 10.0 * (step + 1))
+        bad = error.abs() > tol.atol + tol.rtol * expected[name].abs().flatten()
+        if not bool(bad.any()):
+            continue
+        first = start + int(torch.argmax(bad.to(torch.int8)))
+        if first % size == 0 and start < first:  # wrong from a boundary inside it, right before
+            return (f"{name} is cut by the shard boundary at flat index {first} and is wrong "
+                    f"from its element {first - start} on: the piece after the boundary starts "
+                    f"{first - start} elements into the parameter")
+        weights = before[name].flatten()
+        usable = weights.abs() > 1e-3
+        if int(usable.sum()) >= 2:
+            ratios[name] = error[usable] / weights[usable]
+    proportional = [name for name, r in ratios.items()
+                    if float(r.abs().min()) > 0
+                    and float(r.max() - r.min()) <= 1e-6 * float(r.abs().max())]
+    if proportional and len(proportional) == len(ratios):
+        name = proportional[0]
+        return (f"the error of {name} after step {step + 1} is {float(ratios[name][0]):.3g} x "
+                f"its weights: give each piece its own group's weight_decay (and lr)")
+    return ""
+
+
 def assert_history(values: list[dict], ref: Reference, world_size: int, *, hint: str,
-                   first_step: int = 0, key: str = "history") -> None:
-    """Every rank's parameters after every step equal the reference's (dtype tolerance, scaled)."""
+                   first_step: int = 0, key: str = "history", spec: dict | None = None) -> None:
+    """Every rank's parameters after every step equal the reference's (dtype tolerance, scaled).
+
+    Steps in order, every rank at each step. With `spec`, a mismatch is first diagnosed
+    (`diagnose`) and a cause found leads the message in place of `hint`."""
     from grader.compare import assert_close
 
-    for rank, value in enumerate(values):
-        for i, params in enumerate(value[key]):
-            step = first_step + i
+    for i in range(len(values[0][key])):
+        step = first_step + i
+        got = [value[key][i] for value in values]
+        for rank, params in enumerate(got):
             for name, expected in ref.history[step].items():
-                assert_close(params[name], expected, scale=10.0 * (step + 1), hint=hint,
-                             what=f"{where(rank, world_size)} parameter {name} after step "
-                                  f"{step + 1}")
+                what = f"{where(rank, world_size)} parameter {name} after step {step + 1}"
+                scale = 10.0 * (step + 1)
+                try:
+                    assert_close(params[name], expected, scale=scale, hint=hint, what=what)
+                except AssertionError:
+                    cause = diagnose(got, step, ref, spec, world_size) if spec else ""
+                    if not cause:
+                        raise
+                    assert_close(params[name], expected, scale=scale, hint=cause,
+                                 hint_first=True, what=what)
+                    raise
 
 
 # -- rank side -----------------------------------------------------------------------------
