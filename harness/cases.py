@@ -25,8 +25,11 @@ the ranks out of the collective (gloo): it shuts its connections to the other ra
 blocked on it gets an error, fails the same case, shuts its own connections in turn, and comes
 to the meeting. Every rank then builds a fresh default process group, and the launch goes on
 with the next case: the case fails (on the earliest failure, the rank that raised first), the
-cases before and after it keep their own outcomes. Groups of earlier cases are gone after
-such a rebuild; each case builds what it uses. If the others still do not come within
+cases before and after it keep their own outcomes. The rebuild destroys every group: if the
+ranks had subgroups before their cases began (every rank's count is summed on the store, so
+all decide alike), the cases after the failure cannot use them and are reported as not run
+(`CaseNotRun`, naming the case that failed, its rank and its message) without running; a
+subgroup built inside a case is that case's own. If the others still do not come within
 `sync_timeout` (a loop outside any collective, or NCCL, whose peers cannot be woken this way),
 the rank re-raises its exception, which ends the launch with that cause. The usual failure, a
 stub, raises before any communication on every rank alike, so it costs only its case and no
@@ -199,40 +202,67 @@ def _can_abort() -> bool:
 class _Meeting:
     store: Any  # the rendezvous store of the launch, the same for every meeting of run_cases
     prefix: str  # this run_cases call's keys
+    rank: int
     world_size: int
     sync_timeout: float
     abort_after: float
 
 
-def _meet(m: _Meeting, key: str, failure: BaseException | None) -> None:
+def _meet(m: _Meeting, key: str, pending: tuple[str, BaseException] | None) -> str:
     """Wait until every rank has reached `key` (see the module doc): a failed rank takes the
     others out of a collective after `abort_after` and gives up after `sync_timeout`; if any
-    rank did so, every rank rebuilds the process group before the next case."""
-    store, all_key, abort_key = m.store, f"{key}/all", f"{key}/abort"
-    _arrive(store, key, m.world_size)
-    if failure is not None and _can_abort():
+    rank did so, every rank rebuilds the process group. Returns what freed the ranks ("" if
+    nothing had to): "case '<name>' raised <type> on rank <r>: <its message>"."""
+    store, abort_key = m.store, f"{key}/abort"
+    _arrive(store, f"{key}/reached", m.world_size)  # `reached/all`: no rank is in a collective
+    if pending is not None and _can_abort():
         if store.add(abort_key, 0) == 0:  # no rank has shut its connections yet
             try:
-                store.wait([all_key], timedelta(seconds=m.abort_after))
+                store.wait([f"{key}/reached/all"], timedelta(seconds=m.abort_after))
             except Exception:  # noqa: BLE001 - torch raises a RuntimeError subclass on timeout
                 pass
-        if not store.check([all_key]):
+        if not store.check([f"{key}/reached/all"]):
             # Not before every rank has its connections up: a peer still connecting would fail.
             store.wait([f"{m.prefix}/started/all"], timedelta(seconds=m.sync_timeout))
-            store.add(abort_key, 1)
+            # Counted before this rank arrives below, so every rank sees it once all have.
+            if store.add(abort_key, 1) == 1:  # the first to free the others names why
+                first = (str(pending[1]).strip().splitlines() or [""])[0]
+                cause = (f"case {pending[0]!r} raised {type(pending[1]).__name__} on rank "
+                         f"{m.rank}: {first}")
+                store.set(f"{key}/cause", cause[:MAX_MESSAGE_CHARS].encode())
             _shut_connections()
+    _arrive(store, key, m.world_size)
     while True:
         try:
-            store.wait([all_key], timedelta(seconds=m.sync_timeout))
+            store.wait([f"{key}/all"], timedelta(seconds=m.sync_timeout))
             break
         except Exception:  # noqa: BLE001 - torch raises a RuntimeError subclass on timeout
-            if failure is not None:
+            if pending is not None:
                 # The others are held elsewhere (a loop, or a collective that shutting this
                 # rank's connections did not end): end the launch with the cause rather than
                 # let them wait for ever.
-                raise failure from None
-    if store.add(abort_key, 0):
-        _rebuild_group(store, key)
+                raise pending[1] from None
+    if not store.add(abort_key, 0):
+        return ""
+    _rebuild_group(store, key)
+    return bytes(store.get(f"{key}/cause")).decode(errors="replace")
+
+
+def _subgroups() -> int:
+    """Process groups of this rank besides the default one."""
+    from torch.distributed import distributed_c10d
+
+    default = distributed_c10d._get_default_group()
+    return sum(1 for group in distributed_c10d._world.pg_map if group is not default)
+
+
+def _not_run(cause: str) -> dict[str, Any]:
+    message = (f"not run: {cause} -- while other ranks waited in a collective with it; freeing "
+               f"them rebuilt the process groups, and the groups built before the cases are "
+               f"gone")
+    return {"ok": False, "error": {"type": "CaseNotRun", "message": message[:MAX_MESSAGE_CHARS],
+                                   "not_implemented": False, "function": "", "traceback": "",
+                                   "time": time.time()}}
 
 
 def run_cases(ctx: Any, cases: Iterable[RankCase | tuple[str, Callable[[], Any]]], *,
@@ -244,27 +274,41 @@ def run_cases(ctx: Any, cases: Iterable[RankCase | tuple[str, Callable[[], Any]]
     _meetings[0] += 1
     meeting = None
     if ctx.world_size > 1:
-        meeting = _Meeting(_store(), f"mlsys-cases/{_meetings[0]}", ctx.world_size,
+        meeting = _Meeting(_store(), f"mlsys-cases/{_meetings[0]}", ctx.rank, ctx.world_size,
                            sync_timeout, abort_after)
+        meeting.store.add(f"{meeting.prefix}/subgroups", _subgroups())
         _arrive(meeting.store, f"{meeting.prefix}/started", ctx.world_size)  # connections up
     out: dict[str, dict[str, Any]] = {}
-    pending: BaseException | None = None  # a failure not yet followed by a meeting
+    pending: tuple[str, BaseException] | None = None  # a failure not yet followed by a meeting
+    voided = ""  # what failed, once the later cases cannot run
     for index, case in enumerate(cases):
         if not isinstance(case, RankCase):
             case = RankCase(*case)
         if case.name in out:
             raise ValueError(f"two cases are named {case.name!r}; names must be unique")
+        if voided:
+            out[case.name] = _not_run(voided)
+            continue
         try:
             out[case.name] = {"ok": True, "value": plain(case.fn())}
         except Exception as exc:  # noqa: BLE001 - every failure is the case's outcome
             out[case.name] = {"ok": False, "error": error_data(exc)}
-            pending = pending or exc
+            pending = pending or (case.name, exc)
         if case.meet and meeting is not None:
-            _meet(meeting, f"{meeting.prefix}/{index}", pending)
+            voided = _after_meeting(meeting, f"{meeting.prefix}/{index}", pending)
             pending = None
-    if pending is not None and meeting is not None:
-        _meet(meeting, f"{meeting.prefix}/end", pending)
+    if pending is not None and meeting is not None and not voided:
+        _after_meeting(meeting, f"{meeting.prefix}/end", pending)
     return out
+
+
+def _after_meeting(m: _Meeting, key: str, pending: tuple[str, BaseException] | None) -> str:
+    """Meet; what failed when the groups were rebuilt and the launch had subgroups from before
+    its cases, which are gone: the later cases cannot run. "" otherwise."""
+    cause = _meet(m, key, pending)
+    if cause and m.store.add(f"{m.prefix}/subgroups", 0):
+        return cause  # every rank reads the same count, so every rank skips the same cases
+    return ""
 
 
 # ---- parent side ------------------------------------------------------------------------------

@@ -73,6 +73,25 @@ def rank_stuck_in_collective(ctx):
                            ("subgroup", subgroup)], abort_after=0.5)
 
 
+def rank_stuck_with_groups_from_before(ctx):
+    """As above, with a subgroup built before the cases: after the rebuild it is gone, so the
+    cases after the failure are reported as not run, on every rank alike."""
+    group = ctx.new_group(list(range(ctx.world_size)))
+
+    def collective():
+        t = torch.ones(1)
+        dist.all_reduce(t, group=group)
+        return t
+
+    def case():
+        if ctx.rank == 1:
+            raise ValueError("rank 1 gave up before the all-reduce")
+        dist.all_reduce(torch.zeros(1000), group=group)
+
+    return run_cases(ctx, [("before", collective), ("case", case), ("after", collective)],
+                     abort_after=0.5)
+
+
 def rank_stuck_in_a_loop(ctx):
     """Rank 1 raises while rank 0 loops outside any collective: the launch ends, with the cause."""
     def case():
@@ -151,6 +170,16 @@ def test_a_rank_stuck_in_a_collective_is_freed_and_only_its_case_fails(world_siz
         case_values(result.values, "case")
     assert [t.item() for t in case_values(result.values, "after")] == [total] * world_size
     assert [t.item() for t in case_values(result.values, "subgroup")] == [world_size] * world_size
+
+
+def test_cases_after_a_rebuild_do_not_run_when_groups_came_from_before():
+    result = launch(rank_stuck_with_groups_from_before, world_size=3, timeout=60)
+    assert [t.item() for t in case_values(result.values, "before")] == [3.0] * 3
+    with pytest.raises(RankFailure, match=r"^\[rank 1 of 3\] case raised ValueError"):
+        case_values(result.values, "case")
+    with pytest.raises(RankFailure, match=r"raised CaseNotRun: not run: case 'case' raised "
+                                          r"ValueError on rank 1: rank 1 gave up"):
+        case_values(result.values, "after")
 
 
 def test_a_rank_stuck_outside_a_collective_ends_the_launch_with_the_cause():
