@@ -189,7 +189,7 @@ def scrubber(hidden_roots: tuple[Path, ...], sources: tuple[Path, ...] | None = 
     roots = {str(p) for r in hidden_roots for p in (r, r.resolve())}
     files: set[str] = set()
     names: set[str] = set()
-    constants: set[str] = set()
+    trees: list[ast.Module] = []
     for source in hidden_roots if sources is None else sources:
         for path in sorted(source.rglob("*.py")) if source.is_dir() else [source]:
             try:
@@ -200,7 +200,8 @@ def scrubber(hidden_roots: tuple[Path, ...], sources: tuple[Path, ...] | None = 
                 files.add(path.name)
                 names.add(path.stem)
             names.update(_module_names(tree))
-            constants.update(_data_constants(tree, names))
+            trees.append(tree)
+    constants = set(_data_constants(trees, names))
     vocabulary, public_text = _public()
     names = {n for n in names if _distinctive(n) and n not in vocabulary}
     kept = {c for c in constants if c not in public_text and c not in vocabulary}
@@ -222,14 +223,18 @@ def _module_names(tree: ast.Module) -> Iterable[str]:
             yield from (n.id for n in ast.walk(target) if isinstance(n, ast.Name))
 
 
-def _data_constants(tree: ast.Module, names: set[str]) -> Iterable[str]:
-    """String constants of the module that are data, not a failure message; adds the names of
-    the functions and classes it defines to `names` on the way."""
-    texts = _message_texts(tree)
+def _data_constants(trees: list[ast.Module], names: set[str]) -> Iterable[str]:
+    """String constants of the modules that are data, not a failure message; adds the names of
+    the functions and classes they define to `names` on the way. A top-level name a message
+    uses may be defined in another of the modules (a hint constant in a shared helper)."""
+    texts: dict[str, list[ast.expr]] = {}
+    for tree in trees:
+        for name, nodes in _message_texts(tree).items():
+            texts.setdefault(name, []).extend(nodes)
     data: set[str] = set()
     message: set[str] = set()
     used: set[str] = set()  # top-level names a message refers to
-    _walk_constants([(tree, False)], names, data, message, used)
+    _walk_constants([(tree, False) for tree in trees], names, data, message, used)
     done: set[str] = set()
     while used - done:  # message text named at top level is message text too, transitively
         name = sorted(used - done)[0]

@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import pytest
 
+from grader.suites.zero2._checks import assert_history, where
 from grader.suites.zero2._common import (
     LAUNCH_TIMEOUT,
     TWO_GROUPS,
-    assert_history,
     make_data,
     rank_slices,
     rank_train,
     reference_run,
-    where,
 )
 
 # Every test calls the module's one public name.

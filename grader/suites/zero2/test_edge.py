@@ -12,9 +12,9 @@ import pytest
 import torch
 from torch import nn
 
+from grader.suites.zero2._checks import assert_history, where
 from grader.suites.zero2._common import (
     LAUNCH_TIMEOUT,
-    assert_history,
     build_model,
     make_data,
     make_optimizer,
@@ -22,7 +22,6 @@ from grader.suites.zero2._common import (
     reference_run,
     shard_numel,
     train,
-    where,
 )
 from harness.cases import case_value, run_cases
 

@@ -13,18 +13,15 @@ from __future__ import annotations
 
 import pytest
 
+from grader.suites.zero2._checks import REDUCE_SCATTER_OPS, SEND_OPS, assert_history, where
 from grader.suites.zero2._common import (
     LAUNCH_TIMEOUT,
-    REDUCE_SCATTER_OPS,
-    SEND_OPS,
-    assert_history,
     build_model,
     make_data,
     make_optimizer,
     rank_slices,
     reference_run,
     train,
-    where,
 )
 from harness.commlog import windows
 
