@@ -83,8 +83,8 @@ def diagnose(got: list[dict[str, torch.Tensor]], step: int, ref: Reference, spec
                     and float(r.max() - r.min()) <= 1e-6 * float(r.abs().max())]
     if proportional and len(proportional) == len(ratios):
         name = proportional[0]
-        return (f"the error of {name} after step {step + 1} is {float(ratios[name][0]):.3g} x "
-                f"its weights: give each piece its own group's weight_decay (and lr)")
+        return (f"the errors are proportional to the weights ({name}: {float(ratios[name][0]):.3g}"
+                f" x its values): give each piece its own group's weight_decay (and lr)")
     return ""
 
 
