@@ -18,9 +18,11 @@ failure's first line and, before it reaches any report or progress line:
   capital: a plain word such as `cache` names nothing) and that no public file uses;
 - stripped of the hidden modules' string constants (`MIN_CONSTANT_CHARS` or more, and each
   line of a longer one) except those that are failure messages themselves (in an `assert`, a
-  `raise`, an f-string, `pytest.fail`/`skip`'s text, a `hint=` or `message=` argument), which
-  a failing test shows anyway; short ones stay, since a rank's answer ("no error") is often
-  one of them and a reason quotes it;
+  `raise`, an f-string, `pytest.fail`/`skip`'s text, a `hint=`, `what=` or `message=`
+  argument, the `what` of `case_value(s)`), which a failing test shows anyway — and the text
+  such a message names at module level: a string constant bound to a name (`HINT = "..."`) or
+  returned by a function (`def _hint(...): return "..."`) that a message uses; short ones
+  stay, since a rank's answer ("no error") is often one of them and a reason quotes it;
 - cut to `grader.results.REASON_CHARS`.
 
 What is collected comes from the hidden suite files with `ast` (never imported here), once per
@@ -51,8 +53,9 @@ SCRUB_INPUT_CHARS = 4000  # of a failure's first line: more never reaches REASON
 MIN_CONSTANT_CHARS = 16
 MIN_CONSTANT_LINE_CHARS = 24
 # Calls whose string arguments are failure text meant for students.
-_MESSAGE_CALLS = {"fail", "skip", "xfail", "skipif", "importorskip", "UsageError", "exit"}
-_MESSAGE_KEYWORDS = {"reason", "msg", "match", "message", "hint"}
+_MESSAGE_CALLS = {"fail", "skip", "xfail", "skipif", "importorskip", "UsageError", "exit",
+                  "case_value", "case_values"}
+_MESSAGE_KEYWORDS = {"reason", "msg", "match", "message", "hint", "what"}
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _WORD = re.compile(r"[A-Za-z0-9_]+")
 _INNER = r"(?:[^<>]|<[^<>]{0,24}>)*"  # a repr's text, with file names such as "<hidden>"
@@ -186,7 +189,7 @@ def scrubber(hidden_roots: tuple[Path, ...], sources: tuple[Path, ...] | None = 
     roots = {str(p) for r in hidden_roots for p in (r, r.resolve())}
     files: set[str] = set()
     names: set[str] = set()
-    constants: set[str] = set()
+    trees: list[ast.Module] = []
     for source in hidden_roots if sources is None else sources:
         for path in sorted(source.rglob("*.py")) if source.is_dir() else [source]:
             try:
@@ -197,7 +200,8 @@ def scrubber(hidden_roots: tuple[Path, ...], sources: tuple[Path, ...] | None = 
                 files.add(path.name)
                 names.add(path.stem)
             names.update(_module_names(tree))
-            constants.update(_data_constants(tree, names))
+            trees.append(tree)
+    constants = set(_data_constants(trees, names))
     vocabulary, public_text = _public()
     names = {n for n in names if _distinctive(n) and n not in vocabulary}
     kept = {c for c in constants if c not in public_text and c not in vocabulary}
@@ -219,33 +223,84 @@ def _module_names(tree: ast.Module) -> Iterable[str]:
             yield from (n.id for n in ast.walk(target) if isinstance(n, ast.Name))
 
 
-def _data_constants(tree: ast.Module, names: set[str]) -> Iterable[str]:
-    """String constants of the module that are data, not a failure message; adds the names of
-    the functions and classes it defines to `names` on the way."""
-    stack: list[tuple[ast.AST, bool]] = [(tree, False)]
+def _data_constants(trees: list[ast.Module], names: set[str]) -> Iterable[str]:
+    """String constants of the modules that are data, not a failure message; adds the names of
+    the functions and classes they define to `names` on the way. A top-level name a message
+    uses may be defined in another of the modules (a hint constant in a shared helper)."""
+    texts: dict[str, list[ast.expr]] = {}
+    for tree in trees:
+        for name, nodes in _message_texts(tree).items():
+            texts.setdefault(name, []).extend(nodes)
+    data: set[str] = set()
+    message: set[str] = set()
+    used: set[str] = set()  # top-level names a message refers to
+    _walk_constants([(tree, False) for tree in trees], names, data, message, used)
+    done: set[str] = set()
+    while used - done:  # message text named at top level is message text too, transitively
+        name = sorted(used - done)[0]
+        done.add(name)
+        _walk_constants([(node, True) for node in texts.get(name, ())], names, data, message,
+                        used)
+    yield from (piece for text in data - message for piece in _pieces(text))
+
+
+def _message_texts(tree: ast.Module) -> dict[str, list[ast.expr]]:
+    """Top-level names whose value is text: `NAME = "..."` (or an f-string), and functions
+    (any nesting) that return text; name -> those text nodes."""
+    def is_text(node: ast.expr | None) -> bool:
+        return isinstance(node, ast.JoinedStr) or (isinstance(node, ast.Constant)
+                                                   and isinstance(node.value, str))
+
+    out: dict[str, list[ast.expr]] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and is_text(node.value):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    out.setdefault(target.id, []).append(node.value)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) \
+                and node.value is not None and is_text(node.value):
+            out.setdefault(node.target.id, []).append(node.value)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            returns = [r.value for r in ast.walk(node) if isinstance(r, ast.Return)
+                       and r.value is not None and is_text(r.value)]
+            if returns:
+                out.setdefault(node.name, []).extend(returns)
+    return out
+
+
+def _walk_constants(stack: list[tuple[ast.AST, bool]], names: set[str], data: set[str],
+                    message: set[str], used: set[str]) -> None:
+    """Sort the string constants under `stack` into data and message text (a node's flag says
+    whether it is inside a message); names read inside a message go to `used`."""
     while stack:
-        node, message = stack.pop()
+        node, in_message = stack.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
         if isinstance(node, ast.Constant):
-            if isinstance(node.value, str) and not message:
-                yield from _pieces(node.value)
+            if isinstance(node.value, str):
+                (message if in_message else data).add(node.value)
             continue
+        if isinstance(node, ast.Name) and in_message:
+            used.add(node.id)
         if isinstance(node, (ast.JoinedStr, ast.Raise)):
-            message = True
+            in_message = True
         elif isinstance(node, ast.Assert):
-            stack += [(node.test, message)] + ([(node.msg, True)] if node.msg else [])
+            stack += [(node.test, in_message)] + ([(node.msg, True)] if node.msg else [])
             continue
         elif isinstance(node, ast.Call):
             func = node.func
             called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-            in_args = message or called in _MESSAGE_CALLS or called.endswith(
+            in_args = in_message or called in _MESSAGE_CALLS or called.endswith(
                 ("Error", "Exception"))
-            stack.append((func, message))
+            if in_message and isinstance(func, ast.Name):
+                used.add(func.id)
+            stack.append((func, in_message))
             stack += [(arg, in_args) for arg in node.args]
-            stack += [(kw.value, message or kw.arg in _MESSAGE_KEYWORDS) for kw in node.keywords]
+            stack += [(kw.value, in_message or kw.arg in _MESSAGE_KEYWORDS)
+                      for kw in node.keywords]
             continue
-        stack += [(child, message) for child in ast.iter_child_nodes(node)]
+        stack += [(child, in_message) for child in ast.iter_child_nodes(node)]
 
 
 def _pieces(value: str) -> Iterable[str]:

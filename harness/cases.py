@@ -19,13 +19,23 @@ the earliest failure first; ranks that returned None for the case (not in its gr
 
 Keeping the ranks in step. A case that raised on one rank may leave the others inside a
 collective it never joins. After each case, so, the ranks meet on the rendezvous store (not
-through `torch.distributed`, so the meeting is neither logged nor subject to `Forbid`): a rank
-whose case raised waits `sync_timeout` seconds for the others, and if they do not come it
-re-raises its exception, which ends the launch with that cause — a case exercising collectives
-that fails on some ranks only thus fails its whole launch. The usual failure, a stub, raises
-before any communication on every rank alike, so it costs only its case. Every rank must run
-the same cases in the same order; a case may opt out of the meeting (`RankCase(meet=False)`),
-e.g. consecutive cases on disjoint subgroups that should run at the same time.
+through `torch.distributed`, so the meeting is neither logged nor subject to `Forbid`). A rank
+whose case raised waits `abort_after` seconds for the others; if they do not come, it takes
+the ranks out of the collective (gloo): it shuts its connections to the other ranks, so a peer
+blocked on it gets an error, fails the same case, shuts its own connections in turn, and comes
+to the meeting. Every rank then builds a fresh default process group, and the launch goes on
+with the next case: the case fails (on the earliest failure, the rank that raised first), the
+cases before and after it keep their own outcomes. The rebuild destroys every group: if the
+ranks had subgroups before their cases began (every rank's count is summed on the store, so
+all decide alike), the cases after the failure cannot use them and are reported as not run
+(`CaseNotRun`, naming the case that failed, its rank and its message) without running; a
+subgroup built inside a case is that case's own. If the others still do not come within
+`sync_timeout` (a loop outside any collective, or NCCL, whose peers cannot be woken this way),
+the rank re-raises its exception, which ends the launch with that cause. The usual failure, a
+stub, raises before any communication on every rank alike, so it costs only its case and no
+rebuild. Every rank must run the same cases in the same order; a case may opt out of the
+meeting (`RankCase(meet=False)`), e.g. consecutive cases on disjoint subgroups that should run
+at the same time.
 
 Also here: `plain(value)` (anything to plain data for the trip back) and `Memo` (one launch per
 key, its result or its error remembered).
@@ -35,6 +45,7 @@ from __future__ import annotations
 
 import numbers
 import os
+import socket
 import time
 import traceback
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
@@ -47,6 +58,7 @@ from harness.errors import NotImplementedInRank, RankFailure, RankTimeout
 __all__ = ["Memo", "RankCase", "capture", "case_value", "case_values", "plain", "run_cases"]
 
 SYNC_TIMEOUT_S = 20.0
+ABORT_AFTER_S = 2.0
 IMPL_PACKAGE = "mlsys_impl."  # harness.impl registers the code under test under this package
 MAX_MESSAGE_CHARS = 2000
 MAX_TRACEBACK_CHARS = 3000
@@ -136,47 +148,167 @@ def _store() -> Any:
     return distributed_c10d._get_default_store()
 
 
-def _meet(ctx: Any, key: str, failure: BaseException | None, sync_timeout: float) -> None:
-    """Wait until every rank has reached `key`; a failed rank gives up after `sync_timeout`."""
-    store = _store()
-    if store.add(key, 1) == ctx.world_size:
+def _shut_connections() -> None:
+    """Shut every connected TCP socket of this process: gloo's connections to the other ranks,
+    so that a peer blocked in a collective with this rank gets an error instead of waiting.
+    Listening sockets stay (gloo aborts the process if its listener fails)."""
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if not os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"):
+                continue
+            sock = socket.socket(fileno=os.dup(int(fd)))
+        except (OSError, ValueError):
+            continue
+        try:
+            if sock.family in (socket.AF_INET, socket.AF_INET6) and \
+                    sock.type == socket.SOCK_STREAM and sock.getpeername():
+                sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # not connected (a listener) or already shut
+        finally:
+            sock.close()
+
+
+def _rebuild_group(store: Any, key: str) -> None:
+    """A fresh default process group for every rank (all call it together), the old one and
+    its subgroups destroyed; then wait until every rank has its connections up."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d
+
+    backend, rank, world_size = dist.get_backend(), dist.get_rank(), dist.get_world_size()
+    timeout = distributed_c10d._get_default_group()._get_backend(
+        torch.device("cpu")).options._timeout
+    dist.destroy_process_group()
+    dist.init_process_group(backend, store=dist.PrefixStore(f"{key}/group", store), rank=rank,
+                            world_size=world_size, timeout=timeout)
+    _arrive(store, f"{key}/rebuilt", world_size)
+    store.wait([f"{key}/rebuilt/all"], timeout)
+
+
+def _arrive(store: Any, key: str, world_size: int) -> None:
+    """Count this rank in at `key`; the last one sets `key/all`."""
+    if store.add(key, 1) == world_size:
         store.set(f"{key}/all", b"1")
+
+
+def _can_abort() -> bool:
+    import torch.distributed as dist
+
+    return dist.get_backend() == "gloo" and os.path.isdir("/proc/self/fd")
+
+
+@dataclass(frozen=True)
+class _Meeting:
+    store: Any  # the rendezvous store of the launch, the same for every meeting of run_cases
+    prefix: str  # this run_cases call's keys
+    rank: int
+    world_size: int
+    sync_timeout: float
+    abort_after: float
+
+
+def _meet(m: _Meeting, key: str, pending: tuple[str, BaseException] | None) -> str:
+    """Wait until every rank has reached `key` (see the module doc): a failed rank takes the
+    others out of a collective after `abort_after` and gives up after `sync_timeout`; if any
+    rank did so, every rank rebuilds the process group. Returns what freed the ranks ("" if
+    nothing had to): "case '<name>' raised <type> on rank <r>: <its message>"."""
+    store, abort_key = m.store, f"{key}/abort"
+    _arrive(store, f"{key}/reached", m.world_size)  # `reached/all`: no rank is in a collective
+    if pending is not None and _can_abort():
+        if store.add(abort_key, 0) == 0:  # no rank has shut its connections yet
+            try:
+                store.wait([f"{key}/reached/all"], timedelta(seconds=m.abort_after))
+            except Exception:  # noqa: BLE001 - torch raises a RuntimeError subclass on timeout
+                pass
+        if not store.check([f"{key}/reached/all"]):
+            # Not before every rank has its connections up: a peer still connecting would fail.
+            store.wait([f"{m.prefix}/started/all"], timedelta(seconds=m.sync_timeout))
+            # Counted before this rank arrives below, so every rank sees it once all have.
+            if store.add(abort_key, 1) == 1:  # the first to free the others names why
+                first = (str(pending[1]).strip().splitlines() or [""])[0]
+                cause = (f"case {pending[0]!r} raised {type(pending[1]).__name__} on rank "
+                         f"{m.rank}: {first}")
+                store.set(f"{key}/cause", cause[:MAX_MESSAGE_CHARS].encode())
+            _shut_connections()
+    _arrive(store, key, m.world_size)
     while True:
         try:
-            store.wait([f"{key}/all"], timedelta(seconds=sync_timeout))
-            return
+            store.wait([f"{key}/all"], timedelta(seconds=m.sync_timeout))
+            break
         except Exception:  # noqa: BLE001 - torch raises a RuntimeError subclass on timeout
-            if failure is not None:
-                # The others are held elsewhere, most likely in a collective this rank never
-                # joined: end the launch with the cause rather than let them wait for ever.
-                raise failure from None
+            if pending is not None:
+                # The others are held elsewhere (a loop, or a collective that shutting this
+                # rank's connections did not end): end the launch with the cause rather than
+                # let them wait for ever.
+                raise pending[1] from None
+    if not store.add(abort_key, 0):
+        return ""
+    _rebuild_group(store, key)
+    return bytes(store.get(f"{key}/cause")).decode(errors="replace")
+
+
+def _subgroups() -> int:
+    """Process groups of this rank besides the default one."""
+    from torch.distributed import distributed_c10d
+
+    default = distributed_c10d._get_default_group()
+    return sum(1 for group in distributed_c10d._world.pg_map if group is not default)
+
+
+def _not_run(cause: str) -> dict[str, Any]:
+    message = (f"not run: {cause} -- while other ranks waited in a collective with it; freeing "
+               f"them rebuilt the process groups, and the groups built before the cases are "
+               f"gone")
+    return {"ok": False, "error": {"type": "CaseNotRun", "message": message[:MAX_MESSAGE_CHARS],
+                                   "not_implemented": False, "function": "", "traceback": "",
+                                   "time": time.time()}}
 
 
 def run_cases(ctx: Any, cases: Iterable[RankCase | tuple[str, Callable[[], Any]]], *,
-              sync_timeout: float = SYNC_TIMEOUT_S) -> dict[str, dict[str, Any]]:
+              sync_timeout: float = SYNC_TIMEOUT_S,
+              abort_after: float = ABORT_AFTER_S) -> dict[str, dict[str, Any]]:
     """Run each case in its own error scope, meeting the other ranks after each; {name: outcome}.
 
     Call it with the same cases in the same order on every rank (see the module doc)."""
     _meetings[0] += 1
-    prefix = f"mlsys-cases/{_meetings[0]}"
+    meeting = None
+    if ctx.world_size > 1:
+        meeting = _Meeting(_store(), f"mlsys-cases/{_meetings[0]}", ctx.rank, ctx.world_size,
+                           sync_timeout, abort_after)
+        meeting.store.add(f"{meeting.prefix}/subgroups", _subgroups())
+        _arrive(meeting.store, f"{meeting.prefix}/started", ctx.world_size)  # connections up
     out: dict[str, dict[str, Any]] = {}
-    pending: BaseException | None = None  # a failure not yet followed by a meeting
+    pending: tuple[str, BaseException] | None = None  # a failure not yet followed by a meeting
+    voided = ""  # what failed, once the later cases cannot run
     for index, case in enumerate(cases):
         if not isinstance(case, RankCase):
             case = RankCase(*case)
         if case.name in out:
             raise ValueError(f"two cases are named {case.name!r}; names must be unique")
+        if voided:
+            out[case.name] = _not_run(voided)
+            continue
         try:
             out[case.name] = {"ok": True, "value": plain(case.fn())}
         except Exception as exc:  # noqa: BLE001 - every failure is the case's outcome
             out[case.name] = {"ok": False, "error": error_data(exc)}
-            pending = pending or exc
-        if case.meet and ctx.world_size > 1:
-            _meet(ctx, f"{prefix}/{index}", pending, sync_timeout)
+            pending = pending or (case.name, exc)
+        if case.meet and meeting is not None:
+            voided = _after_meeting(meeting, f"{meeting.prefix}/{index}", pending)
             pending = None
-    if pending is not None and ctx.world_size > 1:
-        _meet(ctx, f"{prefix}/end", pending, sync_timeout)
+    if pending is not None and meeting is not None and not voided:
+        _after_meeting(meeting, f"{meeting.prefix}/end", pending)
     return out
+
+
+def _after_meeting(m: _Meeting, key: str, pending: tuple[str, BaseException] | None) -> str:
+    """Meet; what failed when the groups were rebuilt and the launch had subgroups from before
+    its cases, which are gone: the later cases cannot run. "" otherwise."""
+    cause = _meet(m, key, pending)
+    if cause and m.store.add(f"{m.prefix}/subgroups", 0):
+        return cause  # every rank reads the same count, so every rank skips the same cases
+    return ""
 
 
 # ---- parent side ------------------------------------------------------------------------------

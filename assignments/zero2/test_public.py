@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch import nn
 
-from grader.compare import assert_close
+from grader.compare import assert_close, tolerance
 from grader.seeds import seeded_generator, shifted
 
 # Every test calls the module's one public name.
@@ -153,15 +153,42 @@ def test_shard_bounds(run):
             f"{expected} (S = ceil(P/N), README §3)")
 
 
+def cut_by_boundary(name: str, got: torch.Tensor, expected: torch.Tensor, step: int) -> str:
+    """A hint when `name` is wrong exactly from a shard boundary inside it on, else ""."""
+    start = 0
+    for other, param in build_model().named_parameters():  # the flat order (one group here)
+        if other == name:
+            break
+        start += param.numel()
+    size = -(-num_trainable() // WORLD)
+    tol = tolerance(torch.float64, 10.0 * (step + 1))  # as assert_close below
+    bad = (got - expected).abs().flatten() > tol.atol + tol.rtol * expected.abs().flatten()
+    first = start + int(torch.argmax(bad.to(torch.int8)))
+    if not bool(bad.any()) or first % size or first == start:
+        return ""
+    return (f"{name} is cut by the shard boundary at flat index {first} and is wrong from its "
+            f"element {first - start} on: the piece after a boundary starts "
+            f"{first - start} elements into the parameter (README §3)")
+
+
 @pytest.mark.points(6)
 def test_matches_single_process_training(run):
     result, reference = run
+    for step in range(STEPS):  # the ranks agree before they are compared with the reference
+        for name, tensor in result.values[0]["history"][step].items():
+            for rank in range(1, WORLD):
+                assert torch.equal(result.values[rank]["history"][step][name], tensor), (
+                    f"[rank {rank} of {WORLD}] {name} after step {step + 1} differs from rank "
+                    f"0's: all-gather every shard so that every rank copies the same values")
     for rank, value in enumerate(result.values):
         for step, expected in enumerate(reference):
             for name, tensor in expected.items():
-                assert_close(value["history"][step][name], tensor, scale=10.0 * (step + 1),
+                got = value["history"][step][name]
+                cause = cut_by_boundary(name, got, tensor, step)
+                assert_close(got, tensor, scale=10.0 * (step + 1), hint_first=bool(cause),
                              what=f"[rank {rank} of {WORLD}] {name} after step {step + 1}",
-                             hint="average the gradients (sum / N) and all-gather every shard")
+                             hint=cause or "average the gradients (sum / N) and all-gather "
+                                           "every shard")
 
 
 @pytest.mark.points(4)

@@ -168,3 +168,42 @@ def test_a_hint_argument_in_a_hidden_suite_is_a_message(tmp_path):
     text = reasons.failure_reason(AssertionError(message), [tmp_path / "suites"],
                                   folder / "test_hint.py")[0]
     assert text == "out: query head h reads KV head h // group; <hidden>"
+
+
+def test_text_a_hidden_message_names_is_a_message(tmp_path):
+    """`what=`, a module constant passed as a hint (defined in the same module or another of
+    the suite's) and a function's returned text that a message quotes are the suite's own
+    failure text: they survive; other data does not."""
+    folder = tmp_path / "suites" / "toy"
+    folder.mkdir(parents=True)
+    (folder / "_shared.py").write_text(
+        'SHARED_HINT = "keep the padding past P zero in every bucket"\n')
+    (folder / "test_named.py").write_text(textwrap.dedent('''\
+        from ._shared import SHARED_HINT
+
+        HINT = ("average the gradients over the ranks "
+                "before the optimizer step")
+        SECRET = "a secret data string of the suite"
+
+
+        def _cause(got):
+            if got > 1:
+                return "the norm counts the padding past P"
+            return "sum the squares of every shard"
+
+
+        def test_x(check, got):
+            check(1, 2, what="the consolidated state of dst", hint=HINT)
+            assert got == 1, f"norm {got}: {_cause(got)}"
+            check(SECRET, 2, hint="other")
+            check(1, 2, hint=SHARED_HINT)
+        '''))
+    roots, path = [tmp_path / "suites"], folder / "test_named.py"
+    for message in ("the consolidated state of dst: average the gradients over the ranks "
+                    "before the optimizer step",
+                    "norm 2: the norm counts the padding past P",
+                    "norm 0: sum the squares of every shard",
+                    "out: keep the padding past P zero in every bucket"):
+        assert reasons.failure_reason(AssertionError(message), roots, path)[0] == message
+    leaked = "got a secret data string of the suite"
+    assert reasons.failure_reason(AssertionError(leaked), roots, path)[0] == "got <hidden>"

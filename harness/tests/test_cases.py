@@ -51,13 +51,57 @@ def rank_one_rank_fails(ctx):
 
 
 def rank_stuck_in_collective(ctx):
-    """Rank 1 raises while rank 0 waits in a collective it never joins: the launch must end."""
+    """Rank 1 raises while the others wait in a collective it never joins; cases before and
+    after it use collectives too (the one after on a rebuilt process group)."""
+    def collective():
+        t = torch.tensor([float(ctx.rank)])
+        dist.all_reduce(t)
+        return t
+
     def case():
         if ctx.rank == 1:
             raise ValueError("rank 1 gave up before the all-reduce")
-        dist.all_reduce(torch.zeros(1))
+        dist.all_reduce(torch.zeros(1000))
 
-    return run_cases(ctx, [("case", case), ("next", lambda: 1)], sync_timeout=1.0)
+    def subgroup():
+        group = ctx.new_group(list(range(ctx.world_size)))
+        t = torch.ones(1)
+        dist.all_reduce(t, group=group)
+        return t
+
+    return run_cases(ctx, [("before", collective), ("case", case), ("after", collective),
+                           ("subgroup", subgroup)], abort_after=0.5)
+
+
+def rank_stuck_with_groups_from_before(ctx):
+    """As above, with a subgroup built before the cases: after the rebuild it is gone, so the
+    cases after the failure are reported as not run, on every rank alike."""
+    group = ctx.new_group(list(range(ctx.world_size)))
+
+    def collective():
+        t = torch.ones(1)
+        dist.all_reduce(t, group=group)
+        return t
+
+    def case():
+        if ctx.rank == 1:
+            raise ValueError("rank 1 gave up before the all-reduce")
+        dist.all_reduce(torch.zeros(1000), group=group)
+
+    return run_cases(ctx, [("before", collective), ("case", case), ("after", collective)],
+                     abort_after=0.5)
+
+
+def rank_stuck_in_a_loop(ctx):
+    """Rank 1 raises while rank 0 loops outside any collective: the launch ends, with the cause."""
+    def case():
+        if ctx.rank == 1:
+            raise ValueError("rank 1 gave up")
+        while True:
+            time.sleep(0.05)
+
+    return run_cases(ctx, [("case", case), ("next", lambda: 1)], abort_after=0.2,
+                     sync_timeout=1.0)
 
 
 def rank_unmet(ctx):
@@ -113,10 +157,35 @@ def test_a_case_failing_on_one_rank_fails_that_case_only():
     assert sum(r.op == "all_reduce" for r in result.comm[0]) == 1
 
 
-def test_a_rank_stuck_in_a_collective_ends_the_launch_with_the_cause():
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_a_rank_stuck_in_a_collective_is_freed_and_only_its_case_fails(world_size):
+    started = time.monotonic()
+    result = launch(rank_stuck_in_collective, world_size=world_size, timeout=60)
+    assert time.monotonic() - started < 30
+    total = float(sum(range(world_size)))
+    assert [t.item() for t in case_values(result.values, "before")] == [total] * world_size
+    # the rank that raised first is blamed, not the ones whose collective it broke
+    with pytest.raises(RankFailure, match=rf"^\[rank 1 of {world_size}\] case raised "
+                                          r"ValueError in [^:]*: rank 1 gave up"):
+        case_values(result.values, "case")
+    assert [t.item() for t in case_values(result.values, "after")] == [total] * world_size
+    assert [t.item() for t in case_values(result.values, "subgroup")] == [world_size] * world_size
+
+
+def test_cases_after_a_rebuild_do_not_run_when_groups_came_from_before():
+    result = launch(rank_stuck_with_groups_from_before, world_size=3, timeout=60)
+    assert [t.item() for t in case_values(result.values, "before")] == [3.0] * 3
+    with pytest.raises(RankFailure, match=r"^\[rank 1 of 3\] case raised ValueError"):
+        case_values(result.values, "case")
+    with pytest.raises(RankFailure, match=r"raised CaseNotRun: not run: case 'case' raised "
+                                          r"ValueError on rank 1: rank 1 gave up"):
+        case_values(result.values, "after")
+
+
+def test_a_rank_stuck_outside_a_collective_ends_the_launch_with_the_cause():
     started = time.monotonic()
     with pytest.raises(RankFailure, match="rank 1 of 2 raised ValueError: rank 1 gave up"):
-        launch(rank_stuck_in_collective, world_size=2, timeout=60)
+        launch(rank_stuck_in_a_loop, world_size=2, timeout=60)
     assert time.monotonic() - started < 30
 
 

@@ -1,7 +1,7 @@
 """Shared pieces of the zero2 hidden suite.
 
-Parent side: seed-built models, per-rank data, the single-process reference (plain torch, the
-mean loss over the global batch) and the accounting of the communication log. Rank side: the
+Parent side: seed-built models, per-rank data and the single-process reference (plain torch,
+the mean loss over the global batch); the checks on them are in `_checks`. Rank side: the
 training loop and the probes that look at the optimizer under test. Both sides build the model
 with `build_model(spec)`, so the same seed gives the same initial weights everywhere.
 
@@ -31,6 +31,7 @@ from torch import nn
 
 from grader.seeds import seeded_generator, shifted
 from harness import CommRecord
+from harness.cases import Memo
 from harness.launcher import preload
 
 # torch.optim imports torch._dynamo on first use: seconds per rank unless the forkserver has it.
@@ -40,16 +41,6 @@ preload("torch._dynamo")
 # ranks; a hang still ends.
 LAUNCH_TIMEOUT = 180.0
 OPTIMIZERS = {"adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
-
-# Names a rank may use for each half of the traffic (see the stub's cost contract).
-REDUCE_SCATTER_OPS = frozenset({"reduce_scatter", "reduce_scatter_tensor",
-                                "reduce_scatter_single", "_reduce_scatter_base"})
-ALL_GATHER_OPS = frozenset({"all_gather", "all_gather_into_tensor", "all_gather_single",
-                            "_all_gather_base"})
-SEND_OPS = frozenset({"send", "isend"})
-RECV_OPS = frozenset({"recv", "irecv"})
-FREE_OPS = frozenset({"mark", "barrier"})
-
 
 # Two groups with different lr and weight decay over the tiny model; in every world size the
 # suite uses, a group boundary falls inside a shard and fc1.weight straddles a shard boundary.
@@ -174,24 +165,6 @@ def reference_run(spec: dict, x: torch.Tensor, y: torch.Tensor,
     return Reference(history, norms, states, initial)
 
 
-def where(rank: int, world_size: int) -> str:
-    return f"[rank {rank} of {world_size}]"
-
-
-def assert_history(values: list[dict], ref: Reference, world_size: int, *, hint: str,
-                   first_step: int = 0, key: str = "history") -> None:
-    """Every rank's parameters after every step equal the reference's (dtype tolerance, scaled)."""
-    from grader.compare import assert_close
-
-    for rank, value in enumerate(values):
-        for i, params in enumerate(value[key]):
-            step = first_step + i
-            for name, expected in ref.history[step].items():
-                assert_close(params[name], expected, scale=10.0 * (step + 1), hint=hint,
-                             what=f"{where(rank, world_size)} parameter {name} after step "
-                                  f"{step + 1}")
-
-
 # -- rank side -----------------------------------------------------------------------------
 def make_optimizer(ctx: Any, spec: dict, model: nn.Module, group: Any = None) -> Any:
     zero = ctx.impl_module("zero2", "zero")
@@ -299,102 +272,22 @@ class Run:
     world_size: int
 
 
-_RUNS: dict[tuple[str, str], Run | AssertionError] = {}
+_RUNS = Memo()  # (impl, name) -> Run, or the launch's error
 
 
 def shared_run(launch: Any, impl: str, name: str) -> Run:
     """CONFIGS[name] trained once per pytest process and --impl, for every module that asks.
 
-    A failed launch is remembered too, so each test that needs it fails at once.
+    A failed launch is remembered too (harness.cases.Memo), so each test that needs it fails
+    at once with the same reason.
     """
-    key = (impl, name)
-    if key not in _RUNS:
+    def make() -> Run:
         spec, world_size = CONFIGS[name]
         x, y = make_data(spec, world_size)
-        try:
-            result = launch(rank_train, world_size=world_size, args=(spec,),
-                            rank_args=rank_slices(x, y, world_size), timeout=LAUNCH_TIMEOUT)
-        except AssertionError as exc:  # a LaunchError: the code under test failed
-            _RUNS[key] = exc
-        else:
-            state_after = (spec["checkpoint_after"],) if spec.get("checkpoint_after") else ()
-            _RUNS[key] = Run(result.values, result.comm,
-                             reference_run(spec, x, y, state_after=state_after), spec,
-                             world_size)
-    run = _RUNS[key]
-    if isinstance(run, AssertionError):
-        raise run
-    return run
+        result = launch(rank_train, world_size=world_size, args=(spec,),
+                        rank_args=rank_slices(x, y, world_size), timeout=LAUNCH_TIMEOUT)
+        state_after = (spec["checkpoint_after"],) if spec.get("checkpoint_after") else ()
+        return Run(result.values, result.comm,
+                   reference_run(spec, x, y, state_after=state_after), spec, world_size)
 
-
-# -- communication accounting (parent) ---------------------------------------------------------
-@dataclass
-class Traffic:
-    """One window of one rank's log, in bytes each rank puts on the wire (see the stub)."""
-
-    reduce_scatter: float = 0.0
-    all_gather: float = 0.0
-    p2p: float = 0.0
-    scalars: int = 0
-    unexpected: list[str] | None = None
-
-    @property
-    def total(self) -> float:
-        return self.reduce_scatter + self.all_gather + self.p2p
-
-
-def windows(records: list[CommRecord]) -> dict[str, list[CommRecord]]:
-    """The records after each mark, keyed by the mark's label, up to the next mark."""
-    out: dict[str, list[CommRecord]] = {}
-    current: list[CommRecord] | None = None
-    for rec in records:
-        if rec.op == "mark":
-            current = out.setdefault(rec.label, [])
-        elif current is not None:
-            current.append(rec)
-    return out
-
-
-def traffic(records: list[CommRecord], world_size: int) -> Traffic:
-    """Cost model: reduce-scatter (N-1)/N of its input, all-gather (N-1) x its input, p2p
-    the bytes sent; all-reduces of at most one element are free; anything else is unexpected."""
-    t = Traffic(unexpected=[])
-    frac = (world_size - 1) / world_size
-    for rec in records:
-        if rec.op in REDUCE_SCATTER_OPS:
-            t.reduce_scatter += frac * rec.bytes
-        elif rec.op in ALL_GATHER_OPS:
-            t.all_gather += (world_size - 1) * rec.bytes
-        elif rec.op in SEND_OPS:
-            t.p2p += rec.bytes
-        elif rec.op == "all_reduce" and rec.numel <= 1:
-            t.scalars += 1
-        elif rec.op not in RECV_OPS and rec.op not in FREE_OPS:
-            t.unexpected.append(f"{rec.op} of {rec.numel} elements")
-    return t
-
-
-def expected_bytes(numel: int, world_size: int, element_size: int) -> tuple[float, float]:
-    """DDP's 2(N-1)/N x P x element size, for P unpadded and padded to a multiple of N."""
-    padded = -(-numel // world_size) * world_size
-    frac = 2 * (world_size - 1) / world_size
-    return frac * numel * element_size, frac * padded * element_size
-
-
-def check_step_traffic(records: list[CommRecord], world_size: int, numel: int,
-                       element_size: int, what: str) -> Traffic:
-    """AssertionError unless one step's traffic is a reduce-scatter plus an all-gather of P."""
-    t = traffic(records, world_size)
-    if t.unexpected:
-        raise AssertionError(
-            f"{what} called {', '.join(t.unexpected[:3])}: ZeRO-2 moves gradients with a "
-            f"reduce-scatter and parameters with an all-gather (all-reduce only for one-element "
-            f"scalars such as the squared norm)")
-    lo, hi = expected_bytes(numel, world_size, element_size)
-    if not 0.99 * lo <= t.total <= 1.01 * hi:
-        raise AssertionError(
-            f"{what} put {t.total:.0f} bytes on the wire; ZeRO-2 moves 2(N-1)/N x P x element "
-            f"size = {lo:.0f} bytes per rank per step, the same as DDP "
-            f"(reduce-scatter {t.reduce_scatter:.0f}, all-gather {t.all_gather:.0f}, "
-            f"p2p {t.p2p:.0f}); a second pass over the gradients, or a missing all-gather?")
-    return t
+    return _RUNS.get((impl, name), make)

@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from grader.compare import assert_close
-from grader.suites.zero2._common import assert_history, shared_run, where
+from grader.suites.zero2._checks import TRAINING_HINT, assert_history, where
+from grader.suites.zero2._common import shared_run
 
 # Every test calls the module's one public name.
 pytestmark = pytest.mark.exercises("Zero2Optimizer")
@@ -26,8 +27,15 @@ def run(launch, impl):
     return shared_run(launch, impl, NAME)
 
 
+def _assert_trained(run) -> None:
+    """The run's own training matches first: a mismatch there is the training's fault, and the
+    message names its cause rather than the checkpoint."""
+    assert_history(run.values, run.ref, run.world_size, hint=TRAINING_HINT, spec=run.spec)
+
+
 @pytest.mark.points(5)
 def test_resume_equals_uninterrupted(run):
+    _assert_trained(run)
     assert_history(run.values, run.ref, run.world_size, key="resumed",
                    first_step=run.spec["checkpoint_after"],
                    hint="after load_state_dict: restore every state tensor and the step count")
@@ -45,7 +53,9 @@ def _assert_same_state(got, expected: dict, what: str) -> None:
             f"{what} state[{index}] has keys {sorted(mine)}, expected {sorted(entry)}")
         for key, value in entry.items():
             if torch.is_tensor(value):
-                assert_close(mine[key], value, what=f"{what} state[{index}][{key!r}]", scale=10.0)
+                assert_close(mine[key], value, what=f"{what} state[{index}][{key!r}]", scale=10.0,
+                             hint_first=True, hint="dst must gather every rank's shard of the "
+                                                   "state and place each at its own offset")
             else:
                 assert mine[key] == value, f"{what} state[{index}][{key!r}] is {mine[key]!r}"
     assert len(got["param_groups"]) == len(expected["param_groups"]), (
@@ -60,6 +70,7 @@ def _assert_same_state(got, expected: dict, what: str) -> None:
 
 @pytest.mark.points(5)
 def test_consolidated_state_dict(run):
+    _assert_trained(run)
     expected = run.ref.states[run.spec["checkpoint_after"]]
     for dst in (0, 1):
         for rank, value in enumerate(run.values):

@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import pytest
 
+from grader.suites.zero2._checks import assert_history, where
 from grader.suites.zero2._common import (
     LAUNCH_TIMEOUT,
     TWO_GROUPS,
-    assert_history,
     make_data,
     rank_slices,
     rank_train,
     reference_run,
-    where,
 )
 
 # Every test calls the module's one public name.
@@ -50,8 +49,18 @@ def test_clip_returns_the_global_norm(run):
         for step, (got, expected) in enumerate(zip(norms, ref.norms)):
             assert abs(got - expected) <= 1e-8 * expected, (
                 f"{where(rank, WORLD)} clip_grad_norm_ at step {step + 1} returned {got:.6g}, "
-                f"the single-process norm is {expected:.6g}: sum the squares of every rank's "
-                f"shard (all_reduce one element), of the averaged gradient, padding excluded")
+                f"the single-process norm is {expected:.6g}: {_norm_hint(got, expected)}")
+
+
+def _norm_hint(got: float, expected: float) -> str:
+    """The likely cause of a wrong global norm, from how it compares with the right one."""
+    if abs(got - WORLD * expected) <= 1e-6 * got:
+        return "the norm of the summed gradient; average it (sum / N) before the norm"
+    if got > expected:
+        return ("it counts more than the gradient: keep the padding past P zero (the padding "
+                "adds nothing to the norm)")
+    return ("sum the squares of every rank's shard (all_reduce one element), of the averaged "
+            "gradient, padding excluded")
 
 
 @pytest.mark.points(4)

@@ -13,19 +13,17 @@ from __future__ import annotations
 
 import pytest
 
+from grader.suites.zero2._checks import REDUCE_SCATTER_OPS, SEND_OPS, assert_history, where
 from grader.suites.zero2._common import (
     LAUNCH_TIMEOUT,
-    REDUCE_SCATTER_OPS,
-    SEND_OPS,
-    assert_history,
     build_model,
     make_data,
     make_optimizer,
     rank_slices,
     reference_run,
     train,
-    where,
 )
+from harness.commlog import windows
 
 # Every test calls the module's one public name.
 pytestmark = pytest.mark.exercises("Zero2Optimizer")
@@ -67,8 +65,9 @@ def test_reduce_scatter_overlaps_backward(launch):
     result = launch(rank_overlap, world_size=WORLD, args=(SPEC,),
                     rank_args=rank_slices(x, y, WORLD), timeout=LAUNCH_TIMEOUT)
     for rank, records in enumerate(result.comm):
+        steps = windows(records, "step ")
         for step in range(SPEC["steps"]):
-            step_records = _step_window(records, step)
+            step_records = steps.get(f"step {step}", [])
             labels = [rec.label for rec in step_records if rec.op == "mark"]
             what = f"{where(rank, WORLD)} step {step + 1}"
             assert LAST in labels, f"{what}: the test's gradient hooks never fired (suite error?)"
@@ -86,14 +85,3 @@ def test_reduce_scatter_overlaps_backward(launch):
                    hint="with overlap the results must stay exact: wait for every bucket "
                         "before step uses the gradient shard")
 
-
-def _step_window(records: list, step: int) -> list:
-    """Records from the `step i` mark up to the next `step` mark, marks included."""
-    out, inside = [], False
-    for rec in records:
-        if rec.op == "mark" and rec.label.startswith("step "):
-            inside = rec.label == f"step {step}"
-            continue
-        if inside:
-            out.append(rec)
-    return out

@@ -2,6 +2,7 @@
 from harness.mutation import mutate
 
 MUTATES = "zero"
+FEEDBACK = "keep the padding past P zero"
 mutate(globals(), "zero2", "zero")
 
 _solution_bucket_buffer = Zero2Optimizer._bucket_buffer

@@ -2,6 +2,7 @@
 from harness.mutation import mutate
 
 MUTATES = "zero"
+FEEDBACK = "all-gather every shard"
 mutate(globals(), "zero2", "zero")
 
 

@@ -2,6 +2,7 @@
 from harness.mutation import mutate
 
 MUTATES = "zero"
+FEEDBACK = "its own group's weight_decay"
 mutate(globals(), "zero2", "zero", replace=[
     ('hyper = {k: v for k, v in group.items() if k != "params"}',
      'hyper = {k: v for k, v in group.items() if k != "params"}\n'
