@@ -172,7 +172,7 @@ def _parse_assignment(
         for module in values[field]:
             if not _MODULE.match(module):
                 raise ManifestError(f"{where}.{field}: {module!r} is not a Python module name")
-    from grader.screen import known_names  # stdlib only
+    from grader.screen_rules import known_names  # stdlib only
 
     unknown_names = sorted(set(values["screen_allow"]) - known_names())
     if unknown_names:

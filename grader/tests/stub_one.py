@@ -3,8 +3,9 @@
     python -m grader.tests.stub_one ring_allreduce ring ring_reduce_scatter [--select EXPR]
 
 Copies `solutions/<id>/*.py` (the modules of the manifest) into a temporary folder laid out like
-`assignments/`, replaces the body of `<function>` (a top-level def, or `Class.method`) with
-`raise NotImplementedError("<function>: see README")`, grades that folder and the solution with
+`assignments/`, replaces the body of `<function>` (a top-level def, a class, or `Class.method`)
+with `raise NotImplementedError("<function>: see README")` (`grader.instructor.partial`, which
+makes selfcheck's partial-credit variants the same way), grades that folder and the solution with
 `python -m grader grade <id> --impl ...` (one session each, no xdist) and prints the tests whose
 outcome differs, with their points and reasons. Tests that do not exercise the stubbed function
 should keep passing (issue 18, per-function isolation).
@@ -13,7 +14,6 @@ should keep passing (issue 18, per-function isolation).
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import os
 import shutil
@@ -22,30 +22,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from grader.instructor.partial import stubbed_source
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def stub_source(source: str, function: str) -> str:
-    """`source` with `function`'s body replaced by a NotImplementedError (docstring kept)."""
-    tree = ast.parse(source)
-    owner, _, name = function.rpartition(".")
-    scope: list[ast.stmt] = tree.body
-    if owner:
-        classes = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == owner]
-        if not classes:
-            raise SystemExit(f"no class {owner} in the module")
-        scope = classes[0].body
-    defs = [n for n in scope if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-            and n.name == name]
-    if not defs:
-        raise SystemExit(f"no function {function} in the module")
-    node = defs[0]
-    keep = node.body[:1] if (isinstance(node.body[0], ast.Expr) and
-                             isinstance(node.body[0].value, ast.Constant) and
-                             isinstance(node.body[0].value.value, str)) else []
-    node.body = [*keep, ast.parse(f"raise NotImplementedError({function + ': see README'!r})"
-                                  ).body[0]]
-    return ast.unparse(tree)
 
 
 def grade(assignment: str, impl: str, out: str, select: str | None) -> dict[str, dict]:
@@ -75,7 +54,12 @@ def main(argv: list[str] | None = None) -> int:
         for path in Path(ROOT, "solutions", args.assignment).glob("*.py"):
             shutil.copy(path, folder / path.name)
         target = folder / f"{args.module}.py"
-        target.write_text(stub_source(target.read_text(), args.function))
+        try:
+            text = stubbed_source(target.read_text(), args.function,
+                                  f"{args.function}: see README")
+        except ValueError as exc:
+            raise SystemExit(str(exc)) from None
+        target.write_text(text)
         stubbed = grade(args.assignment, str(folder.parent), os.path.join(work, "stubbed"),
                         args.select)
         if args.baseline:
