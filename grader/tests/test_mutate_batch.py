@@ -6,9 +6,19 @@ changes no other mutant's.
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
-from grader.instructor.mutate.batch import BatchEngine, BatchRun, Clock, deal, settle
+from grader.instructor.mutate.batch import (
+    BatchEngine,
+    BatchRun,
+    Clock,
+    deal,
+    interruptible,
+    settle,
+)
 from grader.instructor.mutate.runner import Verdict
 from grader.results import RunResult
 from grader.tests._fakes import make_course, run_json
@@ -140,3 +150,17 @@ def test_a_crash_and_a_hang_get_their_own_verdicts_and_change_no_other(tmp_path)
     assert "20 s" in verdicts["slow"].reason
     assert verdicts["good"].tests_run == verdicts["good2"].tests_run  # the same 5 tests
     assert len(verdicts["good"].tests_run) == 5
+
+
+def test_the_session_handles_sigint_even_when_started_ignoring_it():
+    # `grader mutate ... &` from a shell ignores SIGINT, and children inherit that.
+    probe = [sys.executable, "-I", "-c", "import signal; print(signal.getsignal(signal.SIGINT) "
+             "is signal.default_int_handler)"]
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        plain = subprocess.run(probe, capture_output=True, text=True, timeout=60).stdout
+        rearmed = subprocess.run(interruptible(probe), capture_output=True, text=True,
+                                 timeout=60).stdout
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert (plain.strip(), rearmed.strip()) == ("False", "True")

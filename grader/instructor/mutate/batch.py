@@ -37,7 +37,13 @@ from pathlib import Path
 
 from grader.instructor.mutate.runner import Verdict, judge_session
 from grader.results import RunResult
-from grader.runner import Session, isolated_env, pytest_command, run_session
+from grader.runner import (
+    Session,
+    isolated_env,
+    pytest_command,
+    run_session,
+    stop_all_sessions,
+)
 from harness.impl import ImplSpec, resolve_impl
 
 # `[  12] dir3 ring_allreduce     test_name...   0/2   FAIL  reason` (grader/plugin.py)
@@ -140,13 +146,14 @@ class BatchEngine:
                 for future in as_completed(futures):
                     future.result()
             except BaseException:  # Ctrl-C or SIGTERM: end the running sessions, start no more
-                self._stopping.set()
                 pool.shutdown(wait=False, cancel_futures=True)
                 self.stop()
                 raise
 
     def stop(self) -> None:
-        """Kill every session this engine runs (their process groups)."""
+        """Kill every session this engine runs (their process groups), start no more."""
+        self._stopping.set()
+        stop_all_sessions()  # the sessions of one mutant alone (grader.runner)
         with self._lock:
             live = list(self._live)
         for process in live:
@@ -165,6 +172,8 @@ class BatchEngine:
                 continue
             batch = self.session([spec for _, spec in queue], timeout)
             verdicts, queue, alone = settle(queue, batch, timeout)
+            if self._stopping.is_set():  # the session was killed by stop(): no verdicts
+                return
             for key, verdict in verdicts:
                 deliver(key, verdict)
             if alone is not None:
@@ -179,8 +188,9 @@ class BatchEngine:
         """Run one session over `specs`, interrupting it when one of them overruns."""
         with tempfile.TemporaryDirectory(prefix="mlsys-mutate-batch-") as tmp:
             results_path = Path(tmp) / "session.json"
-            command = pytest_command(self.paths, specs, results_path, stop_first=True,
-                                     progress=True, root=self.root, suites=self.suites)
+            command = interruptible(pytest_command(
+                self.paths, specs, results_path, stop_first=True, progress=True,
+                root=self.root, suites=self.suites))
             started = time.perf_counter()
             clock = Clock(len(specs), started)
             returncode, overran, tail = self._watch(command, clock, timeout)
@@ -301,6 +311,18 @@ def deal(items: list[tuple[str, Path]], batch_size: int, jobs: int
         return []
     count = min(len(items), max(jobs, math.ceil(len(items) / max(1, batch_size))))
     return [items[i::count] for i in range(count)]
+
+
+def interruptible(command: list[str]) -> list[str]:
+    """The session's command with SIGINT handled as Ctrl-C whatever we inherited.
+
+    A process started in the background by a shell ignores SIGINT, and its children inherit
+    that; the bootstrap re-arms Python's handler so the watchdog's SIGINT still reaches pytest.
+    """
+    if len(command) > 3 and command[2] == "-c":
+        rearm = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        command = [*command[:3], rearm + command[3], *command[4:]]
+    return command
 
 
 def _kill_group(process: subprocess.Popen) -> None:
