@@ -1,4 +1,6 @@
-"""Bad input: every malformed step raises ValueError before anything is copied or replayed."""
+"""Bad input: every malformed step raises ValueError before anything is copied or replayed, and
+so does one above the largest bucket, which would run eagerly (buckets 1, 2, 4 of a decoder
+with max_batch_size 8)."""
 
 from __future__ import annotations
 
@@ -23,6 +25,12 @@ CASES: dict[str, tuple[Any, Any, Any]] = {
     "repeated row": ([1, 2, 3], [0, 1, 2], [4, 5, 4]),
     "token at vocab_size": ([CONFIG["vocab_size"]], [0], [0]),
     "negative token": ([-3, 1], [0, 0], [0, 1]),
+    # Batches above the largest bucket (4) run eagerly; they are checked all the same.
+    "position at max_len in an eager batch": ([1] * 6, [0, 1, 2, 3, CONFIG["max_len"], 4],
+                                              [0, 1, 2, 3, 4, 5]),
+    "repeated row in an eager batch": ([1] * 6, [0] * 6, [0, 1, 2, 3, 4, 0]),
+    "token at vocab_size in an eager batch": ([1, 2, 3, 4, 5, CONFIG["vocab_size"]], [0] * 6,
+                                              [0, 1, 2, 3, 4, 5]),
 }
 
 
@@ -34,7 +42,7 @@ def rank_errors(ctx, config: dict, cases: dict) -> dict[str, dict]:
 
     runner = ctx.impl_module("cuda_graph_decode", "runner")
     model = build_model(DecoderConfig(**config), dtype=torch.float64)
-    decoder = runner.GraphedDecoder(model, 4, make_graph=EmulatedGraph)
+    decoder = runner.GraphedDecoder(model, 8, buckets=[1, 2, 4], make_graph=EmulatedGraph)
     decoder.capture()
 
     def step(inputs: tuple) -> None:
@@ -66,16 +74,18 @@ def test_empty_or_mismatched_batch(outcomes):
 @pytest.mark.points(2)
 def test_positions_out_of_range(outcomes):
     _check(outcomes, ["position at max_len (the pad position)", "position above max_len",
-                      "negative position"])
+                      "negative position", "position at max_len in an eager batch"])
 
 
 @pytest.mark.exercises("GraphedDecoder")
 @pytest.mark.points(1)
 def test_rows_out_of_range_or_repeated(outcomes):
-    _check(outcomes, ["row at max_batch", "negative row", "repeated row"])
+    _check(outcomes, ["row at max_batch", "negative row", "repeated row",
+                      "repeated row in an eager batch"])
 
 
 @pytest.mark.exercises("GraphedDecoder")
 @pytest.mark.points(1)
 def test_tokens_out_of_range(outcomes):
-    _check(outcomes, ["token at vocab_size", "negative token"])
+    _check(outcomes, ["token at vocab_size", "negative token",
+                      "token at vocab_size in an eager batch"])
