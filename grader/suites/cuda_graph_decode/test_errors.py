@@ -1,6 +1,6 @@
 """Bad input: every malformed step raises ValueError before anything is copied or replayed, and
 so does one above the largest bucket, which would run eagerly (buckets 1, 2, 4 of a decoder
-with max_batch_size 8)."""
+with max_batch_size 8). A step before capture() raises RuntimeError."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ CASES: dict[str, tuple[Any, Any, Any]] = {
     "empty batch": ([], [], []),
     "tokens longer than rows": ([1, 2, 3], [0, 0], [0, 1]),
     "rows longer than positions": ([1, 2], [0, 0], [0, 1, 2]),
+    "positions longer than tokens and rows": ([1, 2], [0, 0, 0], [0, 1]),
     "2-D tokens": ([[1, 2]], [0, 0], [0, 1]),
     "position at max_len (the pad position)": ([1, 2], [0, CONFIG["max_len"]], [0, 1]),
     "position above max_len": ([1], [CONFIG["max_len"] + 5], [0]),
@@ -33,6 +34,10 @@ CASES: dict[str, tuple[Any, Any, Any]] = {
                                               [0, 1, 2, 3, 4, 5]),
 }
 
+# Valid steps on a decoder whose capture() was never called: RuntimeError, graphed or eager.
+BEFORE_CAPTURE = {"a graphed batch": ([1, 2], [0, 0], [0, 1]),
+                  "an eager batch": ([1] * 6, [0] * 6, [0, 1, 2, 3, 4, 5])}
+
 
 def rank_errors(ctx, config: dict, cases: dict) -> dict[str, dict]:
     """For each case, step()'s outcome in its own error scope (harness.cases)."""
@@ -45,10 +50,14 @@ def rank_errors(ctx, config: dict, cases: dict) -> dict[str, dict]:
     decoder = runner.GraphedDecoder(model, 8, buckets=[1, 2, 4], make_graph=EmulatedGraph)
     decoder.capture()
 
-    def step(inputs: tuple) -> None:
-        decoder.step(*(torch.tensor(x, dtype=torch.long) for x in inputs))
+    def step(inputs: tuple, on: Any = decoder) -> None:
+        on.step(*(torch.tensor(x, dtype=torch.long) for x in inputs))
 
-    return run_cases(ctx, [(name, lambda i=inputs: step(i)) for name, inputs in cases.items()])
+    uncaptured = runner.GraphedDecoder(model, 8, buckets=[1, 2, 4], make_graph=EmulatedGraph)
+    before = [(f"{name} before capture()", lambda i=inputs: step(i, uncaptured))
+              for name, inputs in BEFORE_CAPTURE.items()]
+    return run_cases(ctx, [(name, lambda i=inputs: step(i)) for name, inputs in cases.items()]
+                     + before)
 
 
 @pytest.fixture(scope="module")
@@ -56,18 +65,19 @@ def outcomes(launch) -> dict[str, dict]:
     return launch(rank_errors, world_size=1, args=(CONFIG, CASES), timeout=60).values[0]
 
 
-def _check(outcomes: dict[str, dict], names: list[str]) -> None:
+def _check(outcomes: dict[str, dict], names: list[str], error: str = "ValueError") -> None:
     for name in names:
         got = answer(outcomes, name, f"step() with {name}", expect_error=True)
-        assert got == "ValueError", (f"step() with {name}: expected ValueError, got "
-                                     f"{'no error' if got is None else got}")
+        assert got == error, (f"step() with {name}: expected {error}, got "
+                              f"{'no error' if got is None else got}")
 
 
 @pytest.mark.exercises("GraphedDecoder")
 @pytest.mark.points(2)
 def test_empty_or_mismatched_batch(outcomes):
     _check(outcomes, ["empty batch", "tokens longer than rows", "rows longer than positions",
-                      "2-D tokens"])
+                      "positions longer than tokens and rows", "2-D tokens"])
+    _check(outcomes, [f"{name} before capture()" for name in BEFORE_CAPTURE], "RuntimeError")
 
 
 @pytest.mark.exercises("GraphedDecoder")
