@@ -182,8 +182,7 @@ def test_statistics_on_known_ratios(probes):
         if name not in stats:
             raise AssertionError(f"ppo_clip_loss stats has no {name!r} (keys: {sorted(stats)}); "
                                  f"README §9 lists clipfrac, approx_kl and ratio_mean")
-        close(stats[name], value, f"ppo_clip_loss stats[{name!r}] (clip_eps left at its "
-              f"default, 0.2)", hints[name] + " (README §9)")
+        close(stats[name], value, f"ppo_clip_loss stats[{name!r}]", hints[name] + " (README §9)")
     _, tie = loss_and_stats(result(probes, "stats_tie", "ppo_clip_loss"), "ppo_clip_loss")
     close(tie.get("clipfrac"), torch.tensor(0.0, dtype=F64),
           "ppo_clip_loss stats['clipfrac'] with r = 1 everywhere and clip_eps = 0",
