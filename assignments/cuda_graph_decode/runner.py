@@ -86,6 +86,7 @@ class GraphedDecoder:
 
         Raises ValueError for an empty batch, inputs that are not 1-D of one length, tokens
         outside [0, vocab_size), positions outside [0, max_len), rows outside
-        [0, model.max_batch), or a row repeated within the batch. Call `capture()` first.
+        [0, model.max_batch), or a row repeated within the batch; RuntimeError when
+        `capture()` has not been called yet (whatever the batch size).
         """
         raise NotImplementedError("GraphedDecoder.step: see README §5")

@@ -333,7 +333,7 @@ def test_mutate_command_runs_the_toy_course_end_to_end(tmp_path, capsys):
 
     assert main([*argv, "--out", str(out), "--timeout", "120"]) == 0
     printed = capsys.readouterr().out
-    assert "[4/4] killed" in printed and "left:" in printed
+    assert "] 4/4 killed" in printed and "left:" in printed
     summary = json.loads((root / "solutions" / "toy" / "mutation_summary.json").read_text())
     assert summary["counts"] == {"total": 4, "killed": 3, "survived": 1, "timed_out": 0,
                                  "error": 0, "equivalent": 0, "stillborn": 0}

@@ -1,8 +1,10 @@
-"""`python -m grader mutate <id> [--limit N] [--jobs 2] [--list]`: the mutation score.
+"""`python -m grader mutate <id> [--limit N] [--jobs 2] [--batch-size 16] [--list]`: the mutation
+score.
 
 `--list` prints the generated mutants and runs nothing. A run grades the unmutated solution
 first (laid out as the mutants are, so the layout is proven), then every mutant not listed as
-equivalent, and writes `<out>/mutation/<id>.md`; a full run (no `--limit`) also writes the
+equivalent — a batch of mutants per pytest session (grader/instructor/mutate/batch.py) — and
+writes `<out>/mutation/<id>.md`; a full run (no `--limit`) also writes the
 committed summary `solutions/<id>/mutation_summary.json`.
 """
 
@@ -16,6 +18,7 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+from grader.instructor.mutate.batch import BatchEngine
 from grader.instructor.mutate.equivalents import Equivalent, EquivalentsError, load_equivalents
 from grader.instructor.mutate.generate import Generation, generate
 from grader.instructor.mutate.report import MutantResult, MutationReport, write_markdown
@@ -44,9 +47,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "no summary is written)")
     parser.add_argument("-j", "--jobs", type=int, default=2,
                         help="pytest sessions run side by side (default: 2)")
+    parser.add_argument("--batch-size", type=int, default=16, metavar="N",
+                        help="mutants graded by one pytest session, at most (default: 16)")
+    parser.add_argument("--session-per-mutant", action="store_true",
+                        help="one pytest session per mutant (slower; for comparison)")
     parser.add_argument("--timeout", type=float, default=None,
-                        help="seconds before one mutant's session is killed (default: three "
-                        "times the solution's run plus 60)")
+                        help="seconds one mutant may take before it is stopped and counted as "
+                        "timed out (default: three times the solution's run plus 60)")
     parser.add_argument("--out", type=Path, default=Path("grading"),
                         help="the report goes to <out>/mutation/<id>.md (default: grading/)")
     parser.add_argument("--suites", type=Path, default=None,
@@ -70,7 +77,10 @@ def _mutate(args: argparse.Namespace, course: Course) -> int:
     if not paths:
         print(f"error: {assignment.id} has no tests to run mutants against", file=sys.stderr)
         return 1
-    engine = SessionEngine(paths, args.root, suites, jobs=args.jobs)
+    engine: Engine = (SessionEngine(paths, args.root, suites, jobs=args.jobs)
+                      if args.session_per_mutant else
+                      BatchEngine(paths, args.root, suites, jobs=args.jobs,
+                                  batch_size=args.batch_size))
     try:
         report = mutation_run(engine, assignment, generation, equivalents, args.root,
                               limit=args.limit, timeout=args.timeout,
@@ -137,7 +147,7 @@ def mutation_run(engine: Engine, assignment: Assignment, generation: Generation,
                                 timeout if timeout is not None else 1800.0)
         limit_s = timeout if timeout is not None else 3 * baseline.wall_s + 60
         echo(f"solution, laid out as a mutant: {baseline.tests} graded tests pass in "
-             f"{baseline.wall_s:.1f} s; each mutant's session is killed after {limit_s:.0f} s")
+             f"{baseline.wall_s:.1f} s; a mutant is stopped as timed out after {limit_s:.0f} s")
         verdicts = run_mutants(engine, assignment, generation, chosen, workdir, limit_s,
                                Progress(len(chosen), echo))
     order = {m.mutant_id: i for i, m in enumerate(generation.mutants)}

@@ -9,8 +9,8 @@ mutated module changed — and is graded as `--impl <tmp>/<slug>`, the directory
 
 How the folders are graded is an `Engine`. `SessionEngine` runs one isolated pytest session per
 mutant through `grader.runner.run_session`, stopping at the first failure (`-x`), a few at a
-time; an engine that grades many implementations in one session can replace it without
-changing anything else here.
+time (`--session-per-mutant`); `BatchEngine` (grader/instructor/mutate/batch.py), the default,
+grades a batch of mutants in one session.
 """
 
 from __future__ import annotations
@@ -168,7 +168,13 @@ def run_mutants(engine: Engine, assignment: Assignment, generation: Generation,
 
 
 class Progress:
-    """`[ 12/119] killed 10/12, ~3m40s left: <mutant> <verdict>`."""
+    """`[#####...............]  12/119 killed 10, ~3m40s left: <mutant> <verdict>`.
+
+    One self-contained line per verdict (it reads the same in a terminal, a pipe and a CI log);
+    the time left is the time per mutant so far times the mutants left.
+    """
+
+    WIDTH = 20
 
     def __init__(self, total: int, echo: Callable[[str], None]) -> None:
         self.total, self.echo = total, echo
@@ -183,7 +189,9 @@ class Progress:
         what = f"killed by {verdict.killed_by.rpartition('/')[2]}" \
             if verdict.status == "killed" else verdict.status.upper().replace("_", " ")
         width = len(str(self.total))
-        self.echo(f"[{self.done:>{width}}/{self.total}] killed {self.killed}/{self.done}, "
+        filled = self.WIDTH * self.done // max(1, self.total)
+        bar = "#" * filled + "." * (self.WIDTH - filled)
+        self.echo(f"[{bar}] {self.done:>{width}}/{self.total} killed {self.killed}, "
                   f"~{_duration(left)} left: {mutant.name} {what}")
 
 

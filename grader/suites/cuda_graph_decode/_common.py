@@ -3,8 +3,8 @@
 Parent side: decode schedules (which rows decode at which positions, with which tokens) and the
 eager reference, computed with the provided model (trusted code, built from the same seed).
 Rank side: `rank_decode` builds the same model, decodes a history eagerly, captures the
-decoder under test and runs the schedule through it, recording per step what
-`harness.graphs.watch()` saw.
+decoder under test (on the emulator logging the order of warm-ups and captures) and runs the
+schedule through it, recording per step what `harness.graphs.watch()` saw.
 
 A `spec` is a plain dict:
     config          DecoderConfig fields
@@ -99,13 +99,43 @@ def rank_decode(ctx, spec: dict) -> dict[str, Any]:
                         dtype=getattr(torch, spec["dtype"]), device=device)
     for tokens, positions, rows in spec["history"]:
         model.decode(tokens.to(device), positions.to(device), rows.to(device))
-    factory = graphs.EmulatedGraph if spec["graphs"] == "emulated" else graphs.make_graph
+    # On the emulator, what capture() does in order: "warm-up <batch>" for an eager
+    # model.decode, "capture <batch>" for the one inside a capture (README §5: largest first,
+    # each right after an eager warm-up).
+    events: list[str] = []
+    capturing = [False]
+
+    class LoggedGraph(graphs.EmulatedGraph):
+        def capture_begin(self) -> None:
+            super().capture_begin()
+            capturing[0] = True
+
+        def capture_end(self) -> None:
+            capturing[0] = False
+            super().capture_end()
+
+        def abort_capture(self) -> None:
+            capturing[0] = False
+            super().abort_capture()
+
+    eager_decode = model.decode
+
+    def logged_decode(tokens: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor:
+        events.append(f"{'capture' if capturing[0] else 'warm-up'} {tokens.shape[0]}")
+        return eager_decode(tokens, *rest)
+
+    emulated = spec["graphs"] == "emulated"
+    factory = LoggedGraph if emulated else graphs.make_graph
     decoder = runner.GraphedDecoder(model, spec["max_batch_size"], buckets=spec["buckets"],
                                     make_graph=factory)
     max_len = spec["config"]["max_len"]
     before = (model.k_cache[:, :, :max_len].clone(), model.v_cache[:, :, :max_len].clone())
+    if emulated:
+        model.decode = logged_decode
     with graphs.watch() as w:
         decoder.capture()
+    if emulated:
+        del model.decode  # the steps call the model's own method again
     captures = w.captures
     after = (model.k_cache[:, :, :max_len], model.v_cache[:, :, :max_len])
     capture_change = max(float((a - b).abs().max()) for a, b in zip(after, before))
@@ -117,7 +147,7 @@ def rank_decode(ctx, spec: dict) -> dict[str, Any]:
         per_step.append({"captures": w.captures, "replays": w.replays,
                          "float_allocations": [a.op for a in w.allocated
                                                if a.dtype.is_floating_point]})
-    return {"buckets": list(decoder.buckets), "captures": captures,
+    return {"buckets": list(decoder.buckets), "captures": captures, "capture_events": events,
             "capture_change": capture_change, "logits": logits, "per_step": per_step,
             "k_cache": model.k_cache[:, :, :max_len], "v_cache": model.v_cache[:, :, :max_len]}
 
@@ -149,3 +179,23 @@ def answer(outcomes: dict, name: str, what: str, *, expect_error: bool = False) 
     if outcome.get("ok") or error.get("not_implemented") or not expect_error:
         return case_value(outcome, what)
     return error.get("type", "Exception")
+
+
+def capture_order_problem(run: dict) -> str:
+    """Why capture()'s warm-ups and captures break README §5 (largest bucket first, each
+    capture right after an eager warm-up of that bucket); "" when they do not."""
+    events = run["capture_events"]
+    captured = [int(e.split()[1]) for e in events if e.startswith("capture")]
+    want = sorted(run["buckets"], reverse=True)
+    if captured != want:
+        return (f"capture() captured model.decode for batches {captured}; expected one capture "
+                f"per bucket, largest first: {want}")
+    for index, event in enumerate(events):
+        if event.startswith("capture") and (index == 0 or events[index - 1] !=
+                                            event.replace("capture", "warm-up")):
+            before = events[index - 1] if index else "nothing"
+            return (f"capture() captured a batch of {event.split()[1]} right after {before}; "
+                    f"each capture must follow an eager warm-up model.decode of the same "
+                    f"bucket (the first run initialises what may not be set up inside a "
+                    f"capture). Calls in order: {', '.join(events)}")
+    return ""

@@ -1,4 +1,5 @@
-"""Discipline: capture once per bucket, replay once per step, allocate nothing, hand out copies.
+"""Discipline: capture once per bucket (largest first, each after an eager warm-up), replay once
+per step, allocate nothing, hand out copies.
 
 100 steps of batch sizes 1 to 10 (buckets 1, 2, 4, 8; 10 runs eagerly) under
 `harness.graphs.watch()`, which counts captures, replays and the tensors aten ops allocate
@@ -15,6 +16,7 @@ import torch
 from grader.suites.cuda_graph_decode._common import (
     CONFIG,
     assert_step_logits,
+    capture_order_problem,
     make_spec,
     rank_decode,
     reference,
@@ -42,6 +44,8 @@ def test_one_capture_per_bucket(hundred):
     assert run["captures"] == len(run["buckets"]), (
         f"capture() captured {run['captures']} graphs for {len(run['buckets'])} buckets; "
         f"capture each bucket exactly once")
+    problem = capture_order_problem(run)
+    assert not problem, problem
 
 
 @pytest.mark.exercises("GraphedDecoder")

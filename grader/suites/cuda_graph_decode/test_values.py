@@ -2,13 +2,16 @@
 
 Every row first gets a history of 4 tokens decoded eagerly; then the decoder under test is
 captured (default buckets 1, 2, 4, 8) and runs 20 steps of varying batch sizes over random rows,
-some above the largest bucket. The reference is the provided model run eagerly in this
+some above the largest bucket; another decoder has max_batch_size 12 with those buckets, so
+batches of 9 to 12 run eagerly; one has a single bucket; in one schedule rows decode a position
+again. The reference is the provided model run eagerly in this
 process from the same seed.
 """
 
 from __future__ import annotations
 
 import pytest
+import torch
 
 from grader.compare import assert_close
 from grader.suites.cuda_graph_decode._common import (
@@ -25,6 +28,25 @@ FIRST_SIZES = [1, 2, 3, 5, 8]
 LONG = make_spec(FIRST_SIZES + [4, 7, 10, 6, 3, 8, 12, 2, 5, 1, 7, 3, 6, 4, 8], seed=3)
 CUSTOM = make_spec([1, 2, 3, 4, 6, 7, 5, 2], seed=5, max_batch_size=6, buckets=[6, 3])
 FLOAT32 = make_spec([3, 8, 1], seed=7, dtype="float32")
+# max_batch_size 12 with the default buckets 1, 2, 4, 8: batches 9 to 12 have no graph.
+GAP = make_spec([10, 3, 12, 9, 8, 11], seed=9, max_batch_size=12)
+SINGLE = make_spec([1, 4, 6, 3, 5, 2], seed=17, max_batch_size=6, buckets=[4])
+
+
+def rewind_spec() -> dict:
+    """Rows decode a position again with another token (a rejected draft token, a switched
+    beam): a step of 4 rows, then 3 of them redo their position in another order, then one
+    goes on. A slot of the bucket left holding the earlier step's entry writes its old token
+    over the new one."""
+    spec = make_spec([4], seed=15)
+    (tokens, positions, rows), = spec["steps"]
+    order = torch.tensor([3, 0, 1])
+    redo = ((tokens[order] + 7) % spec["config"]["vocab_size"], positions[order], rows[order])
+    spec["steps"] = [spec["steps"][0], redo, (tokens[3:], positions[3:] + 1, rows[3:])]
+    return spec
+
+
+REWIND = rewind_spec()
 PADDING_HINT = ("check that padded slots hold pad entries (position model.pad_position), that "
                 "inputs are copy_-ed into the buffers the graph captured, and that each step "
                 "replays the bucket from pick_bucket")
@@ -34,7 +56,8 @@ PADDING_HINT = ("check that padded slots hold pad entries (position model.pad_po
 def runs(launch):
     """runs(name) -> (spec, rank result, eager reference); each spec runs once, and a launch
     that failed fails every test of its spec with the same reason (harness.cases.Memo)."""
-    specs = {"long": LONG, "custom": CUSTOM, "float32": FLOAT32}
+    specs = {"long": LONG, "custom": CUSTOM, "float32": FLOAT32, "gap": GAP, "single": SINGLE,
+             "rewind": REWIND}
     memo = Memo()
 
     def make(name: str) -> tuple[dict, dict, dict]:
@@ -67,6 +90,12 @@ def test_kv_cache_after_the_steps_matches_eager(runs):
     _, run, ref = runs("long")
     assert_caches(run, ref, hint="padded entries must write only the pad slot "
                                  "(position model.pad_position), never a real row's slot")
+    spec, run, ref = runs("rewind")
+    hint = ("a row may decode a position again with another token: every padded slot must "
+            "hold a pad entry, not the entry an earlier step left there")
+    for index in range(len(spec["steps"])):
+        assert_step_logits(run, ref, spec, index, hint=hint)
+    assert_caches(run, ref, hint=hint)
 
 
 @pytest.mark.exercises("GraphedDecoder")
@@ -82,11 +111,17 @@ def test_capture_leaves_the_cache_unchanged(runs):
 @pytest.mark.exercises("GraphedDecoder")
 @pytest.mark.points(3)
 def test_batches_above_the_largest_bucket_match_eager(runs):
+    hint = "batches above the largest bucket run model.decode eagerly"
     spec, run, ref = runs("long")
     above = [i for i, size in enumerate(sizes_of(spec)) if size > max(run["buckets"])]
     for index in above:
-        assert_step_logits(run, ref, spec, index,
-                           hint="batches above the largest bucket run model.decode eagerly")
+        assert_step_logits(run, ref, spec, index, hint=hint)
+    # Also those up to max_batch_size when the largest bucket is smaller than it.
+    spec, run, ref = runs("gap")
+    for index in range(len(spec["steps"])):
+        assert_step_logits(run, ref, spec, index, hint=f"max_batch_size=12, buckets "
+                           f"{run['buckets']}: {hint}, up to max_batch_size and beyond")
+    assert_caches(run, ref, hint=hint)
 
 
 @pytest.mark.exercises("GraphedDecoder")
@@ -98,6 +133,10 @@ def test_custom_buckets(runs):
     for index in range(len(spec["steps"])):
         assert_step_logits(run, ref, spec, index, hint=PADDING_HINT)
     assert_caches(run, ref, hint="padded entries must write only the pad slot")
+    spec, run, ref = runs("single")
+    assert run["buckets"] == [4], f"buckets=[4] gave decoder.buckets {run['buckets']}"
+    for index in range(len(spec["steps"])):
+        assert_step_logits(run, ref, spec, index, hint=f"one bucket, [4]: {PADDING_HINT}")
 
 
 @pytest.mark.exercises("GraphedDecoder")

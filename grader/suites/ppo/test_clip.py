@@ -79,8 +79,12 @@ def build() -> dict[str, dict]:
         "neg_high": probe("ppo_clip_loss", at_ratio(old, 1.5), old, neg, EPS, grad=(0,)),
         "pos_low": probe("ppo_clip_loss", at_ratio(old, 0.5), old, pos, EPS, grad=(0,)),
         "mixed": probe("ppo_clip_loss", *mixed_inputs(), clip_eps=0.1),
+        # clip_eps left at its default, 0.2 (EPS)
         "stats": probe("ppo_clip_loss", at_ratio(stats_old, STATS_RATIOS), stats_old,
-                       advantages(41, shape=(6,)), EPS),
+                       advantages(41, shape=(6,))),
+        # r = 1 exactly and clip_eps = 0: |r - 1| = clip_eps is not "> clip_eps"
+        "stats_tie": probe("ppo_clip_loss", stats_old.clone(), stats_old,
+                           advantages(41, shape=(6,)), 0.0),
     }
     new, old_m, adv, mask = masked_inputs()
     probes["masked"] = probe("ppo_clip_loss", new, old_m, adv, EPS, mask, grad=(0,))
@@ -179,6 +183,10 @@ def test_statistics_on_known_ratios(probes):
             raise AssertionError(f"ppo_clip_loss stats has no {name!r} (keys: {sorted(stats)}); "
                                  f"README §9 lists clipfrac, approx_kl and ratio_mean")
         close(stats[name], value, f"ppo_clip_loss stats[{name!r}]", hints[name] + " (README §9)")
+    _, tie = loss_and_stats(result(probes, "stats_tie", "ppo_clip_loss"), "ppo_clip_loss")
+    close(tie.get("clipfrac"), torch.tensor(0.0, dtype=F64),
+          "ppo_clip_loss stats['clipfrac'] with r = 1 everywhere and clip_eps = 0",
+          said(hint="clipfrac counts |r - 1| > clip_eps strictly; equal is inside the band"))
 
 
 @pytest.mark.points(3)

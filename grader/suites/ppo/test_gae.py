@@ -1,4 +1,5 @@
-"""compute_gae: the λ limits, termination, truncation and several environments."""
+"""compute_gae: the λ limits, termination, truncation, several environments, a rollout of one
+step, and the default gamma and lam."""
 
 from __future__ import annotations
 
@@ -133,8 +134,13 @@ def where_wrong(data: dict[str, torch.Tensor], got: object, expected: torch.Tens
 
 
 def gae_probe(data: dict[str, torch.Tensor], gamma: float, lam: float) -> dict:
+    """The call; gamma and lam left out where they are the signature's defaults."""
+    given = {} if (gamma, lam) == DEFAULTS else {"gamma": gamma, "lam": lam}
     return probe("compute_gae", data["rewards"], data["values"], data["terminated"],
-                 data["truncated"], data["next_values"], gamma=gamma, lam=lam)
+                 data["truncated"], data["next_values"], **given)
+
+
+DEFAULTS = (0.99, 0.95)  # compute_gae's gamma and lam when not given
 
 
 CASES = {
@@ -142,10 +148,12 @@ CASES = {
     "lambda1": (with_ends(chained(rollout(22, 7, 2)), terminated=[(6, 0), (6, 1)]), 0.9, 1.0),
     "mid_termination": (with_ends(rollout(23, 8, 3), terminated=[(3, 0), (5, 1), (0, 2)]),
                         0.95, 0.9),
-    "last_termination": (with_ends(rollout(24, 5, 2), terminated=[(4, 0)]), 0.99, 0.95),
+    "last_termination": (with_ends(rollout(24, 5, 2), terminated=[(4, 0)]), *DEFAULTS),
     "truncation": (with_ends(rollout(25, 8, 3), truncated=[(2, 0), (7, 1)],
                              terminated=[(4, 2)]), 0.95, 0.9),
     "mixed": (mixed(26), 0.97, 0.9),
+    "one_step": (with_ends(rollout(27, 1, 3), truncated=[(0, 1)], terminated=[(0, 2)]), 0.9,
+                 0.8),
 }
 
 
@@ -237,7 +245,8 @@ def test_termination_in_the_middle(probes):
 @pytest.mark.points(2)
 @pytest.mark.exercises("compute_gae")
 def test_termination_at_the_last_step(probes):
-    check(probes, "last_termination", "with a termination at the last step",
+    check(probes, "last_termination", "with a termination at the last step (gamma and lam "
+          "left at their defaults, 0.99 and 0.95)",
           "a terminated last step bootstraps 0, not next_values (README §4)")
 
 
@@ -258,3 +267,5 @@ def test_several_envs_and_flag_dtypes(probes):
     check(probes, "mixed_float_flags", "with 0/1 float flags (right with bool flags)",
           "flags may be 0/1 floats: turn them into bools with .bool() (or use 1 - flag) "
           "before combining them", returns=True)
+    check(probes, "one_step", "of a rollout of one step (T = 1) over 3 envs",
+          "with T = 1 there is no A_{t+1}: A_0 = delta_0", returns=True)

@@ -30,6 +30,10 @@ def padded_batch() -> tuple[torch.Tensor, torch.Tensor]:
     return torch.where(mask, x, torch.tensor(GARBAGE, dtype=F64)), mask
 
 
+# Rows of x[:2] with one and two valid positions (a count of 1 is its own edge case).
+ONE_VALID = torch.tensor([[0, 1, 0, 0, 0, 0], [0, 0, 1, 1, 0, 0]], dtype=torch.bool)
+
+
 def ref_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
     m = mask.to(F64)
     if dim is None:
@@ -66,6 +70,7 @@ def build() -> dict[str, dict]:
         "mean_all": probe("masked_mean", x, mask),
         "mean_dim1": probe("masked_mean", x, mask, 1),
         "mean_dim0": probe("masked_mean", x, mask, dim=0),
+        "mean_dim1_one_valid": probe("masked_mean", x[:2], ONE_VALID, 1),
         "mean_float_mask": probe("masked_mean", x, mask.to(F64)),
         "mean_nomask": probe("masked_mean", x[:3], grad=(0,)),
         "mean_nomask_dim": probe("masked_mean", x[:3], None, 1),
@@ -96,6 +101,9 @@ def test_masked_mean_ignores_padding(probes):
           "masked_mean(dim=1) of a padded batch", hint)
     close(result(probes, "mean_dim0", "masked_mean")["result"], ref_mean(x, mask, 0),
           "masked_mean(dim=0) of a padded batch", hint)
+    close(result(probes, "mean_dim1_one_valid", "masked_mean")["result"],
+          ref_mean(x[:2], ONE_VALID, 1), "masked_mean(dim=1) of rows with 1 and 2 valid "
+          "positions", hint)
     close(result(probes, "mean_float_mask", "masked_mean")["result"], ref_mean(x, mask),
           "masked_mean with a 0/1 float mask", "accept masks of any dtype holding 0 and 1")
 

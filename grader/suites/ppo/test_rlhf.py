@@ -36,8 +36,9 @@ REWARD_MASK = torch.tensor([
     [1, 1, 1, 1, 1, 1],  # response fills the row
     [1, 1, 0, 0, 0, 0],  # short response, right padding
     [0, 0, 0, 0, 0, 0],  # no valid token
+    [1, 0, 0, 0, 0, 0],  # one token, at t = 0
 ], dtype=torch.bool)
-SCORES = torch.tensor([2.5, -1.0, 0.75, 9.0], dtype=F64)
+SCORES = torch.tensor([2.5, -1.0, 0.75, 9.0, -3.0], dtype=F64)
 
 
 def ref_rewards(scores: torch.Tensor, logp: torch.Tensor, ref_logp: torch.Tensor,
@@ -61,7 +62,7 @@ def build() -> dict[str, dict]:
         for k in ("k1", "k3"):
             probes[f"dist{i}_{k}"] = probe("kl_penalty", lp, lq, k)
     rlogp, rref = token_logps(63, tuple(REWARD_MASK.shape))
-    probes["rewards_kl_only"] = probe("rlhf_token_rewards", torch.zeros(4, dtype=F64), rlogp,
+    probes["rewards_kl_only"] = probe("rlhf_token_rewards", torch.zeros(5, dtype=F64), rlogp,
                                       rref, REWARD_MASK, KL_COEF)
     probes["rewards"] = probe("rlhf_token_rewards", SCORES, rlogp, rref, REWARD_MASK, KL_COEF)
     probes["rewards_int_mask"] = probe("rlhf_token_rewards", SCORES, rlogp, rref,
@@ -116,7 +117,7 @@ def test_k1_and_k3_are_unbiased_and_k3_non_negative(probes):
 @pytest.mark.exercises("rlhf_token_rewards")
 def test_rewards_kl_part_on_valid_tokens(probes):
     rlogp, rref = token_logps(63, tuple(REWARD_MASK.shape))
-    expected = ref_rewards(torch.zeros(4, dtype=F64), rlogp, rref, REWARD_MASK)
+    expected = ref_rewards(torch.zeros(5, dtype=F64), rlogp, rref, REWARD_MASK)
     close(result(probes, "rewards_kl_only", "rlhf_token_rewards")["result"], expected,
           "rlhf_token_rewards with zero scores",
           "reward = -kl_coef * (logp - ref_logp) at valid tokens, 0 at masked ones (README §6)")
@@ -129,7 +130,8 @@ def test_score_at_the_last_valid_token(probes):
     expected = ref_rewards(SCORES, rlogp, rref, REWARD_MASK)
     hint = said(
         hint=("add scores[b] at the largest t with mask[b, t] true: rows may start with prompt "
-            "tokens and end with padding; a row without valid tokens gets nothing (README §6)"))
+            "tokens and end with padding, the last valid token may be t = 0; a row without "
+            "valid tokens gets nothing (README §6)"))
     close(result(probes, "rewards", "rlhf_token_rewards")["result"], expected,
           "rlhf_token_rewards with prompt and padding in the mask", hint)
     close(result(probes, "rewards_int_mask", "rlhf_token_rewards")["result"], expected,

@@ -1,4 +1,5 @@
-"""value_loss with and without clipping; entropy_from_logits on known and extreme distributions."""
+"""value_loss with and without clipping (ValueError without old_values); entropy_from_logits on
+known and extreme distributions."""
 
 from __future__ import annotations
 
@@ -8,7 +9,17 @@ import pytest
 import torch
 
 from grader.seeds import seeded_generator
-from grader.suites.ppo._common import F64, close, finite, grad_of, probe, result, run_probes, said
+from grader.suites.ppo._common import (
+    F64,
+    close,
+    error_of,
+    finite,
+    grad_of,
+    probe,
+    result,
+    run_probes,
+    said,
+)
 
 VALUE_EPS = 0.2
 INF = float("inf")
@@ -70,6 +81,7 @@ def build() -> dict[str, dict]:
         "plain": probe("value_loss", values, None, returns, grad=(0,)),
         "masked": probe("value_loss", mvalues, mvalues.clone(), mreturns, None, mask),
         "clipped": probe("value_loss", *clip_inputs(), clip_eps=VALUE_EPS, grad=(0,)),
+        "clip_without_old": probe("value_loss", values, None, returns, clip_eps=VALUE_EPS),
         "known": probe("entropy_from_logits", KNOWN_LOGITS, KNOWN_MASK),
         "batch": probe("entropy_from_logits", logits, grad=(0,)),
         "extreme": probe("entropy_from_logits", EXTREME_LOGITS),
@@ -114,6 +126,10 @@ def test_value_clipping_takes_the_larger_error(probes):
     ref_value_loss(leaf, old, returns, VALUE_EPS).backward()
     close(grad_of(got, 0, "value_loss", like=values), leaf.grad,
           "gradient of value_loss with clip_eps w.r.t. values", hint)
+    bad = error_of(probes, "clip_without_old")  # a stub raises "not implemented" here
+    assert bad is not None and bad.get("type") == "ValueError", (
+        f"value_loss(values, None, returns, clip_eps=0.2) should raise ValueError (nothing to "
+        f"clip around), {'returned a value' if bad is None else 'raised ' + str(bad.get('type'))}")
 
 
 @pytest.mark.points(3)

@@ -1,0 +1,336 @@
+"""Grade many mutant folders in one pytest session each batch: `BatchEngine`.
+
+A pytest session costs an interpreter start, a torch import, a collection and a forkserver
+before the first test runs; a mutant usually dies at its first failing test a second later. So
+the mutants are dealt round-robin into batches (`batch_size` at most, at least one per job) and
+each batch is graded by one session that names every mutant with `--impl` and stops each at its
+first failure (`--stop-first`, grader/plugin.py): per mutant that is the results a session of
+its own gives (grader/tests/test_engine.py), for a fraction of the start-up.
+
+One mutant must not change another's verdict. A crash in a rank or a hang inside a launch is
+already that launch's failed test (the harness's limits). What is left is a mutant that makes
+the session itself run on — slow tests that each stay inside their launch's limit — or a
+session that dies. The engine follows the session's progress lines (`--mlsys-progress`, one per
+finished test, tagged `dir<index>` by the plugin): tests run one implementation after another in
+`--impl` order, so the implementation on the clock is the first one not yet seen failing or
+followed by another's test. When it has run past `timeout` the session is interrupted (SIGINT:
+pytest still writes the results of what finished), the implementations before it are judged
+from those results, it is `timed_out`, and the rest go to a new session. When the one on the
+clock has already reported passing tests, the overrun may belong to the next one, which has not
+reported yet; that one is graded alone first, so blame never lands on the wrong mutant.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from grader.instructor.mutate.runner import Verdict, judge_session
+from grader.results import RunResult
+from grader.runner import (
+    Session,
+    isolated_env,
+    pytest_command,
+    run_session,
+    stop_all_sessions,
+)
+from harness.impl import ImplSpec, resolve_impl
+
+# `[  12] dir3 ring_allreduce     test_name...   0/2   FAIL  reason` (grader/plugin.py)
+_LINE = re.compile(r"^\[\s*\d+\] (?:dir(?P<index>\d+))? ")
+_STATUS = re.compile(r" \d+/\d+ +(?P<status>ok|skip|FAIL)(?:  |$)")
+INTERRUPT_GRACE_S = 30.0  # after SIGINT, how long pytest may take to write its results
+
+
+class Clock:
+    """Which implementation of a session is running, and since when (from progress lines)."""
+
+    def __init__(self, count: int, started: float) -> None:
+        self.count = count
+        self.current = 0  # the first implementation not known to be finished
+        self.since = started  # when it became current
+        self.reported = [0] * count  # progress lines seen per implementation
+        self.failed = [False] * count
+        self.last_line = started
+        self._lock = threading.Lock()
+
+    def feed(self, line: str, now: float) -> None:
+        match = _LINE.match(line)
+        if match is None or match["index"] is None:
+            return
+        index = int(match["index"])
+        status = _STATUS.search(line, match.end())
+        with self._lock:
+            if index >= self.count:
+                return
+            if index > self.current:  # the ones before it are done; it began after their last
+                self.current, self.since = index, self.last_line
+            self.reported[index] += 1
+            if status is not None and status["status"] == "FAIL":
+                self.failed[index] = True
+                if index == self.current:  # stopped at its first failure: the next one starts
+                    self.current, self.since = index + 1, now
+            self.last_line = now
+
+    def overrun(self, now: float, limit: float) -> bool:
+        with self._lock:
+            return self.current < self.count and now - self.since > limit
+
+    def suspect(self) -> tuple[int, bool]:
+        """(the implementation on the clock, whether the next one may be the one running)."""
+        with self._lock:
+            index = self.current
+            ambiguous = index + 1 < self.count and self.reported[index] > 0
+            return index, ambiguous
+
+    @property
+    def silent(self) -> bool:
+        """No test of any implementation reported."""
+        with self._lock:
+            return not any(self.reported)
+
+
+@dataclass
+class BatchRun:
+    """What one batch session left: per implementation its run (None: no results for it)."""
+
+    runs: list[RunResult | None]
+    clock: Clock
+    overran: bool
+    returncode: int
+    wall_s: float
+    tail: str
+    problem: str = ""
+
+
+@dataclass
+class BatchEngine:
+    """Many implementations per pytest session, `jobs` sessions side by side.
+
+    The `Engine` of grader/instructor/mutate/runner.py: `run(impls, timeout, on_verdict)`.
+    `timeout` bounds one implementation's share of a session (its tests, or for the first of a
+    session also the start-up), not the session.
+    """
+
+    paths: Sequence[Path]
+    root: Path
+    suites: Path | None = None
+    jobs: int = 2
+    batch_size: int = 16
+    _live: set[subprocess.Popen] = field(default_factory=set, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _stopping: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    def run(self, impls: Sequence[tuple[str, Path]], timeout: float,
+            on_verdict: Callable[[str, Verdict], None]) -> None:
+        lock = threading.Lock()
+
+        def deliver(key: str, verdict: Verdict) -> None:
+            with lock:
+                on_verdict(key, verdict)
+
+        chunks = deal(list(impls), self.batch_size, self.jobs)
+        with ThreadPoolExecutor(max_workers=max(1, self.jobs)) as pool:
+            futures = [pool.submit(self.grade, chunk, timeout, deliver) for chunk in chunks]
+            try:
+                for future in as_completed(futures):
+                    future.result()
+            except BaseException:  # Ctrl-C or SIGTERM: end the running sessions, start no more
+                pool.shutdown(wait=False, cancel_futures=True)
+                self.stop()
+                raise
+
+    def stop(self) -> None:
+        """Kill every session this engine runs (their process groups), start no more."""
+        self._stopping.set()
+        stop_all_sessions()  # the sessions of one mutant alone (grader.runner)
+        with self._lock:
+            live = list(self._live)
+        for process in live:
+            _kill_group(process)
+
+    def grade(self, chunk: Sequence[tuple[str, Path]], timeout: float,
+              deliver: Callable[[str, Verdict], None]) -> None:
+        """Grade one batch to the end: sessions until every implementation has a verdict."""
+        queue = [(key, resolve_impl(str(folder))) for key, folder in chunk]
+        while queue:
+            if self._stopping.is_set():
+                return
+            if len(queue) == 1:
+                key, spec = queue.pop()
+                deliver(key, self.alone(spec, timeout))
+                continue
+            batch = self.session([spec for _, spec in queue], timeout)
+            verdicts, queue, alone = settle(queue, batch, timeout)
+            if self._stopping.is_set():  # the session was killed by stop(): no verdicts
+                return
+            for key, verdict in verdicts:
+                deliver(key, verdict)
+            if alone is not None:
+                deliver(alone[0], self.alone(alone[1], timeout))
+
+    def alone(self, spec: ImplSpec, timeout: float) -> Verdict:
+        """One implementation in a session of its own (`-x`), killed after `timeout`."""
+        return judge_session(run_session(self.paths, spec, stop_first=True, timeout=timeout,
+                                         root=self.root, suites=self.suites))
+
+    def session(self, specs: list[ImplSpec], timeout: float) -> BatchRun:
+        """Run one session over `specs`, interrupting it when one of them overruns."""
+        with tempfile.TemporaryDirectory(prefix="mlsys-mutate-batch-") as tmp:
+            results_path = Path(tmp) / "session.json"
+            command = interruptible(pytest_command(
+                self.paths, specs, results_path, stop_first=True, progress=True,
+                root=self.root, suites=self.suites))
+            started = time.perf_counter()
+            clock = Clock(len(specs), started)
+            returncode, overran, tail = self._watch(command, clock, timeout)
+            wall_s = time.perf_counter() - started
+            runs: list[RunResult | None] = [None] * len(specs)
+            problem = ""
+            try:
+                by_impl = {run.impl: run for run in RunResult.load_all(results_path)}
+                runs = [by_impl.get(spec.text) for spec in specs]
+            except ValueError as exc:
+                last = [line for line in tail.splitlines() if line.strip()][-2:]
+                problem = f"{exc} (pytest exit {returncode}: {' / '.join(last)})"
+        return BatchRun(runs, clock, overran, returncode, wall_s, tail, problem)
+
+    def _watch(self, command: list[str], clock: Clock, timeout: float
+               ) -> tuple[int, bool, str]:
+        with self._lock:
+            if self._stopping.is_set():
+                raise RuntimeError("the mutation run is stopping; no new session")
+            process = subprocess.Popen(
+                command, cwd=self.root, env=isolated_env(), stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+                errors="replace", start_new_session=True)
+            self._live.add(process)
+        overran = threading.Event()
+        ended = threading.Event()
+
+        def watchdog() -> None:
+            while not ended.wait(0.5):
+                if clock.overrun(time.perf_counter(), timeout):
+                    overran.set()
+                    # pytest writes the results of what finished when interrupted
+                    os.kill(process.pid, signal.SIGINT)
+                    if not ended.wait(INTERRUPT_GRACE_S):
+                        _kill_group(process)
+                    return
+
+        thread = threading.Thread(target=watchdog, daemon=True)
+        thread.start()
+        tail: list[str] = []
+        try:
+            for line in process.stdout or ():
+                line = line.rstrip("\n")
+                clock.feed(line, time.perf_counter())
+                tail = (tail + [line])[-40:]
+            process.wait()
+        except BaseException:
+            _kill_group(process)
+            raise
+        finally:
+            ended.set()
+            thread.join()
+            with self._lock:
+                self._live.discard(process)
+        _kill_group(process)  # what the session left behind goes with it
+        return process.returncode, overran.is_set(), "\n".join(tail)
+
+
+Pending = list[tuple[str, ImplSpec]]
+
+
+def settle(queue: Pending, batch: BatchRun, timeout: float
+           ) -> tuple[list[tuple[str, Verdict]], Pending, tuple[str, ImplSpec] | None]:
+    """(verdicts, what still needs a session, one to grade alone next) after a batch session."""
+    clock = batch.clock
+    if not batch.overran and not batch.problem:
+        views = [_view(batch, run) for run in batch.runs]
+        spent = sum(view.wall_s for view in views)
+        if views:  # start-up and collection: the first one's share
+            views[0] = replace(views[0], wall_s=views[0].wall_s + max(batch.wall_s - spent, 0))
+        return [(key, judge_session(view)) for (key, _), view in zip(queue, views)], [], None
+    suspect, ambiguous = clock.suspect()
+    if not batch.overran and (clock.silent or suspect >= len(queue)):
+        # Nothing ran, or all ran and no results came back: no one mutant to blame.
+        return [(key, Verdict("error", reason=batch.problem)) for key, _ in queue], [], None
+    verdicts: list[tuple[str, Verdict]] = []
+    rest: Pending = []
+    for index, (key, spec) in enumerate(queue[:suspect]):
+        run = batch.runs[index]
+        if run is None:  # finished, but the session wrote no results: grade it again
+            rest.append((key, spec))
+        else:
+            verdicts.append((key, judge_session(_view(batch, run, finished=True))))
+    rest += queue[suspect + 1:]
+    key, spec = queue[suspect]
+    if ambiguous:
+        return verdicts, rest, (key, spec)
+    run = batch.runs[suspect]
+    ran = tuple(t.nodeid for t in run.tests if t.passed) if run is not None else ()
+    if batch.overran:
+        why = (f"it ran past {timeout:.0f} s in a session of several mutants, which was "
+               "stopped there; the others were graded apart")
+        verdicts.append((key, Verdict("timed_out", reason=why, tests_run=ran, wall_s=timeout)))
+    else:
+        verdicts.append((key, Verdict("error", reason=f"the session ended while it ran: "
+                                      f"{batch.problem}", tests_run=ran)))
+    return verdicts, rest, None
+
+
+def _view(batch: BatchRun, run: RunResult | None, *, finished: bool = False) -> Session:
+    """One implementation's share of a batch session, shaped as a session of its own."""
+    problem = ""
+    if run is None:
+        problem = batch.problem or "the session wrote no results for it"
+    elif not finished and batch.returncode not in (0, 1):
+        problem = f"pytest exited with {batch.returncode}"
+    wall_s = run.duration if run is not None else 0.0
+    return Session(batch.returncode, False, wall_s, batch.tail, run, problem,
+                   (run,) if run else ())
+
+
+def deal(items: list[tuple[str, Path]], batch_size: int, jobs: int
+         ) -> list[list[tuple[str, Path]]]:
+    """Round-robin into batches of at most `batch_size`, at least `jobs` of them (when there
+    are that many items): neighbouring mutants (same function, often all slow or all
+    surviving) land in different batches, so the batches take about as long."""
+    if not items:
+        return []
+    count = min(len(items), max(jobs, math.ceil(len(items) / max(1, batch_size))))
+    return [items[i::count] for i in range(count)]
+
+
+def interruptible(command: list[str]) -> list[str]:
+    """The session's command with SIGINT handled as Ctrl-C whatever we inherited.
+
+    A process started in the background by a shell ignores SIGINT, and its children inherit
+    that; the bootstrap re-arms Python's handler so the watchdog's SIGINT still reaches pytest.
+    """
+    if len(command) > 3 and command[2] == "-c":
+        rearm = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        command = [*command[:3], rearm + command[3], *command[4:]]
+    return command
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
