@@ -74,7 +74,8 @@ def run_way(todo: list, together: bool, jobs: int, echo: Callable[[str], None]) 
         echo(f"  {'new' if together else 'old'}: {batch.label} ({seen_wall:.1f} s)")
 
     start = time.perf_counter()
-    run_all(sessions, on_batch, jobs=jobs, timeout=900.0, root=REPO_ROOT, suites=None)
+    run_all(sessions, on_batch, jobs=jobs, timeout=900.0, root=REPO_ROOT, suites=None,
+            merge_margins=together)
     result.wall_s = time.perf_counter() - start
     return result
 

@@ -20,8 +20,9 @@ Per assignment, these checks (docs/design.md, principle 5):
 
 Per assignment, one pytest session grades the solution, the stub and every mutant (the plugin
 parametrizes each test over the implementations, and stops each mutant at its first failure);
-the margin runs take a session each. Sessions are independent subprocesses; a small thread pool
-runs them side by side. `--session-per-impl` runs one session per implementation instead.
+the margin runs of all assignments share one session per variation (seed shift, threads), once
+their solution runs are done. Sessions are independent subprocesses; a small thread pool runs
+them side by side. `--session-per-impl` runs one session per implementation instead.
 """
 
 from __future__ import annotations
@@ -142,7 +143,8 @@ def _run_sessions(course: Course, ids: list[str], root: Path, suites: Path | Non
                            root)
             echo(f"[{done:>{len(str(len(todo)))}}/{len(todo)}] {line}")
 
-    run_all(sessions, record, jobs=jobs, timeout=timeout, root=root, suites=suites)
+    run_all(sessions, record, jobs=jobs, timeout=timeout, root=root, suites=suites,
+            merge_margins=together)
     for aid, found in runs.items():
         report = found.margins
         verdicts[aid]["margins"].breaches += report.breaches()

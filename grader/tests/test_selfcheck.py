@@ -319,3 +319,46 @@ def test_margin_runs_rerun_only_the_tests_that_compared_with_a_tolerance(tmp_pat
     assert narrowed is not None and narrowed.jobs[0].paths == ("suites/toy/test_x.py::test_add",)
     assert narrow_to_margins(batch, session(solution_tests()).result) is None
     assert narrow_to_margins(batch, None) is batch
+
+
+def test_margin_runs_of_several_assignments_share_one_session_per_variation(tmp_path,
+                                                                          monkeypatch):
+    """Each assignment's margin runs wait for its solution's run; once nothing else is left to
+    start, those of one variation run in one session over all the assignments that are ready,
+    and each assignment judges only its own tests."""
+    from grader.instructor.sessions import Batch, Job, run_all
+    from harness.impl import resolve_impl
+
+    root = make_course(tmp_path)
+    solutions = resolve_impl("solutions", root)
+    ids = ("a", "b", "c")
+    calls: list[tuple[tuple, tuple]] = []
+
+    def fake_run_session(paths, impl, *, stop_first=False, extra=(), **kwargs):
+        calls.append((tuple(str(p) for p in paths), tuple(extra)))
+        tests = [with_margin(entry("test_add", assignment=aid, points=2), 0.1)
+                 for aid in ids if any(f"/{aid}/" in str(p) for p in paths)]
+        return session(tests, impl="solutions")
+
+    monkeypatch.setattr(sessions_module, "run_session", fake_run_session)
+    jobs = [Job(aid, "solution", solutions, (f"suites/{aid}/",)) for aid in ids]
+    jobs += [Job(aid, "margin", solutions, (f"suites/{aid}/",), variation)
+             for aid in ids for variation in MARGIN_RUNS]
+    seen: list[tuple[str, str, tuple[int, int], int]] = []
+
+    def on_batch(batch: Batch, views) -> None:
+        seen.extend((job.assignment, job.kind, job.variation, len(view.result.tests))
+                    for job, view in views)
+
+    sessions = [Batch((job,)) for job in jobs]
+    run_all(sessions, on_batch, jobs=1, timeout=60.0, root=root, suites=None)
+    margin_calls = [paths for paths, extra in calls if extra]
+    assert len(calls) == 3 + len(MARGIN_RUNS) and len(margin_calls) == len(MARGIN_RUNS)
+    assert all(paths == tuple(f"suites/{aid}/test_x.py::test_add" for aid in ids)
+               for paths in margin_calls)
+    assert sorted(seen) == sorted([(aid, "solution", (0, 1), 1) for aid in ids] + [
+        (aid, "margin", variation, 1) for aid in ids for variation in MARGIN_RUNS])
+    calls.clear()
+    run_all(sessions, on_batch, jobs=1, timeout=60.0, root=root, suites=None,
+            merge_margins=False)
+    assert len(calls) == 3 + 3 * len(MARGIN_RUNS)
