@@ -362,3 +362,33 @@ def test_margin_runs_of_several_assignments_share_one_session_per_variation(tmp_
     run_all(sessions, on_batch, jobs=1, timeout=60.0, root=root, suites=None,
             merge_margins=False)
     assert len(calls) == 3 + 3 * len(MARGIN_RUNS)
+
+
+def test_bench_selfcheck_prints_both_ways_per_assignment_and_every_mutant(tmp_path):
+    from grader.bench.selfcheck import WayResult, report, verdict_of
+    from grader.instructor.sessions import Job
+    from harness.impl import resolve_impl
+
+    root = make_course(tmp_path, mutants={"off_by_one": ""})
+    mutant = Job("toy", "mutant", resolve_impl("mutant:toy/off_by_one", root), ())
+    caught = session([entry("test_add", "failed", points=2, reason="no")])
+    assert verdict_of(mutant, caught) == "suites/toy/test_x.py::test_add"
+    assert verdict_of(mutant, session(solution_tests())).startswith("NOT CAUGHT")
+    stub = Job("toy", "stub", resolve_impl("assignments", root), ())
+    assert verdict_of(stub, session(stub_tests())) == "ok"
+    old = WayResult(wall_s=90.0, cpu_s=150.0, sessions=9, per_assignment={"toy": 180.0},
+                    sessions_of={"toy": 9},
+                    verdicts={"toy stub": "ok", mutant.label: "suites/toy/test_x.py::test_add"})
+    new = WayResult(wall_s=30.0, cpu_s=50.0, sessions=2, per_assignment={"toy": 60.0},
+                    sessions_of={"toy": 2}, verdicts=dict(old.verdicts))
+    lines: list[str] = []
+    assert report(old, new, (5.0, 8.0), lines.append) == 0
+    text = "\n".join(lines)
+    assert "speed-up: 3.00x wall (meets the 3x target), 3.00x CPU" in text
+    assert "toy                    9  180.0             2   60.0  3.00x" in text
+    assert "toy mutant:toy/off_by_one: suites/toy/test_x.py::test_add" in text
+    assert "every verdict is the same both ways" in text
+    new.verdicts[mutant.label] = "NOT CAUGHT []"
+    lines.clear()
+    assert report(old, new, (5.0, 8.0), lines.append) == 1
+    assert "[old: suites/toy/test_x.py::test_add]" in "\n".join(lines)
