@@ -28,8 +28,10 @@ them side by side. `--session-per-impl` runs one session per implementation inst
 from __future__ import annotations
 
 import argparse
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -113,12 +115,14 @@ def selfcheck(
             verdicts[a.id]["mutants"].breaches.append(
                 f"solutions/{a.id}/mutants/ has no mutant, so nothing shows the suites catch bugs"
             )
-    _check_worksheets(assignments, root, suites, verdicts, echo)
+    # The worksheet check (nbgrader: kernel starts, a gradebook) runs beside the sessions and
+    # fills the moments they wait; its verdicts are in before the table is made.
+    wait_worksheets = _beside(_check_worksheets, assignments, root, suites, verdicts, echo)
     variants = {a.id: make_variants(a, root) for a in assignments
                 if suite_paths(a.id, root, suites)}
     try:
         return _run_sessions(course, ids, root, suites, jobs, timeout, echo, together, started,
-                             verdicts, runs, variants)
+                             verdicts, runs, variants, wait_worksheets)
     finally:
         for found in variants.values():
             found.cleanup()
@@ -127,7 +131,7 @@ def selfcheck(
 def _run_sessions(course: Course, ids: list[str], root: Path, suites: Path | None, jobs: int,
                   timeout: float, echo: Callable[[str], None], together: bool, started: float,
                   verdicts: dict[str, dict[str, Verdict]], runs: dict[str, AssignmentRuns],
-                  variants: dict[str, Variants]) -> int:
+                  variants: dict[str, Variants], wait_worksheets: Callable[[], None]) -> int:
     assignments = course.select(ids)
     todo = plan(course, ids, root, suites, variants)
     sessions = batches(todo, together=together)
@@ -145,6 +149,7 @@ def _run_sessions(course: Course, ids: list[str], root: Path, suites: Path | Non
 
     run_all(sessions, record, jobs=jobs, timeout=timeout, root=root, suites=suites,
             merge_margins=together)
+    wait_worksheets()
     for aid, found in runs.items():
         report = found.margins
         verdicts[aid]["margins"].breaches += report.breaches()
@@ -183,6 +188,21 @@ def _run_sessions(course: Course, ids: list[str], root: Path, suites: Path | Non
         return 1
     echo(f"\nselfcheck passed in {elapsed:.0f} s")
     return 0
+
+
+def _beside(fn: Callable[..., object], *args: object) -> Callable[[], None]:
+    """Start `fn(*args)` in a daemon thread; the function returned waits for it and raises
+    what it raised (a daemon, so Ctrl-C does not wait for nbgrader)."""
+    done: Future = Future()
+
+    def run() -> None:
+        try:
+            done.set_result(fn(*args))
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+            done.set_exception(exc)
+
+    threading.Thread(target=run, daemon=True).start()
+    return lambda: done.result()
 
 
 def _check_worksheets(assignments: tuple[Assignment, ...], root: Path, suites: Path | None,
