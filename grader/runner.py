@@ -103,7 +103,9 @@ def pytest_command(
     (default `root/grader/suites`) are the hidden ones.
     """
     command = [sys.executable, "-I", "-c", _BOOTSTRAP.format(root=str(REPO_ROOT))]
-    command += ["--noconftest", "-p", "grader.plugin", "-p", "xdist.plugin", "--graded"]
+    command += ["--noconftest", "-p", "grader.plugin", "--graded"]
+    if workers > 0:  # xdist's start-up only where it runs
+        command += ["-p", "xdist.plugin"]
     impls: list[ImplSpec] = list(impl) if isinstance(impl, (list, tuple)) else [impl]  # type: ignore[list-item]
     for spec in impls:
         command += ["--impl", spec.argument]
