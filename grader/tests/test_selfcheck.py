@@ -392,3 +392,15 @@ def test_bench_selfcheck_prints_both_ways_per_assignment_and_every_mutant(tmp_pa
     lines.clear()
     assert report(old, new, (5.0, 8.0), lines.append) == 1
     assert "[old: suites/toy/test_x.py::test_add]" in "\n".join(lines)
+
+
+def test_a_session_over_several_assignments_is_judged_per_assignment():
+    tests = [entry("test_add", assignment="a"), entry("test_add", assignment="b")]
+    errors = ["grader/suites/b/test_y.py: SyntaxError", "pytest: something broke"]
+    merged = session(tests, impl="solutions", collection_errors=errors)
+    only_a = merged.for_assignment("a")
+    assert [t.assignment for t in only_a.result.tests] == ["a"]
+    assert only_a.result.collection_errors == ("pytest: something broke",)
+    assert merged.for_assignment("b").result.collection_errors == tuple(errors)
+    assert only_a.wall_s == merged.wall_s and only_a.results == (only_a.result,)
+    assert session(None, problem="no results").for_assignment("a").problem == "no results"
