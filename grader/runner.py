@@ -14,6 +14,7 @@ terminal output (`-q --tb=no`: no tracebacks, so no hidden source) is only shown
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -21,7 +22,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -64,6 +65,21 @@ class Session:
         return Session(self.returncode, self.timed_out, self.wall_s, self.output_tail, run,
                        problem, (run,) if run else ())
 
+    def for_assignment(self, assignment_id: str) -> Session:
+        """This session (of one implementation) as if it had graded `assignment_id` alone: its
+        tests, and the collection errors of its suite files (those naming no assignment's
+        folder too). Wall time and problems stay the session's."""
+        run = self.result
+        if run is None:
+            return replace(self, results=())
+        folder = f"/{assignment_id}/"
+        errors = tuple(e for e in run.collection_errors
+                       if folder in f"/{e}" or not re.search(r"/[a-z0-9_]+/test_", f"/{e}"))
+        tests = tuple(t for t in run.tests if t.assignment == assignment_id)
+        mine = replace(run, tests=tests, collection_errors=errors,
+                       not_run=tuple(n for n in run.not_run if folder in f"/{n}"))
+        return replace(self, result=mine, results=(mine,))
+
 
 def pytest_command(
     paths: Sequence[str | Path],
@@ -87,7 +103,9 @@ def pytest_command(
     (default `root/grader/suites`) are the hidden ones.
     """
     command = [sys.executable, "-I", "-c", _BOOTSTRAP.format(root=str(REPO_ROOT))]
-    command += ["--noconftest", "-p", "grader.plugin", "-p", "xdist.plugin", "--graded"]
+    command += ["--noconftest", "-p", "grader.plugin", "--graded"]
+    if workers > 0:  # xdist's start-up only where it runs
+        command += ["-p", "xdist.plugin"]
     impls: list[ImplSpec] = list(impl) if isinstance(impl, (list, tuple)) else [impl]  # type: ignore[list-item]
     for spec in impls:
         command += ["--impl", spec.argument]

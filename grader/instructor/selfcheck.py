@@ -20,19 +20,21 @@ Per assignment, these checks (docs/design.md, principle 5):
 
 Per assignment, one pytest session grades the solution, the stub and every mutant (the plugin
 parametrizes each test over the implementations, and stops each mutant at its first failure);
-the margin runs take a session each. Sessions are independent subprocesses; a small thread pool
-runs them side by side. `--session-per-impl` runs one session per implementation instead.
+the margin runs of all assignments share one session per variation (seed shift, threads), once
+their solution runs are done. Sessions are independent subprocesses; a small thread pool runs
+them side by side. `--session-per-impl` runs one session per implementation instead.
 """
 
 from __future__ import annotations
 
 import argparse
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.compare import MAX_MARGIN
 from grader.instructor.judges import (
     MarginReport,
     Verdict,
@@ -112,12 +114,14 @@ def selfcheck(
             verdicts[a.id]["mutants"].breaches.append(
                 f"solutions/{a.id}/mutants/ has no mutant, so nothing shows the suites catch bugs"
             )
-    _check_worksheets(assignments, root, suites, verdicts, echo)
+    # The worksheet check (nbgrader: kernel starts, a gradebook) runs beside the sessions and
+    # fills the moments they wait; its verdicts are in before the table is made.
+    wait_worksheets = _beside(_check_worksheets, assignments, root, suites, verdicts, echo)
     variants = {a.id: make_variants(a, root) for a in assignments
                 if suite_paths(a.id, root, suites)}
     try:
         return _run_sessions(course, ids, root, suites, jobs, timeout, echo, together, started,
-                             verdicts, runs, variants)
+                             verdicts, runs, variants, wait_worksheets)
     finally:
         for found in variants.values():
             found.cleanup()
@@ -126,7 +130,7 @@ def selfcheck(
 def _run_sessions(course: Course, ids: list[str], root: Path, suites: Path | None, jobs: int,
                   timeout: float, echo: Callable[[str], None], together: bool, started: float,
                   verdicts: dict[str, dict[str, Verdict]], runs: dict[str, AssignmentRuns],
-                  variants: dict[str, Variants]) -> int:
+                  variants: dict[str, Variants], wait_worksheets: Callable[[], None]) -> int:
     assignments = course.select(ids)
     todo = plan(course, ids, root, suites, variants)
     sessions = batches(todo, together=together)
@@ -142,7 +146,9 @@ def _run_sessions(course: Course, ids: list[str], root: Path, suites: Path | Non
                            root)
             echo(f"[{done:>{len(str(len(todo)))}}/{len(todo)}] {line}")
 
-    run_all(sessions, record, jobs=jobs, timeout=timeout, root=root, suites=suites)
+    run_all(sessions, record, jobs=jobs, timeout=timeout, root=root, suites=suites,
+            merge_margins=together)
+    wait_worksheets()
     for aid, found in runs.items():
         report = found.margins
         verdicts[aid]["margins"].breaches += report.breaches()
@@ -151,6 +157,8 @@ def _run_sessions(course: Course, ids: list[str], root: Path, suites: Path | Non
     tables = _judge_partial(runs, variants, verdicts)
     echo("")
     echo(_table(verdicts))
+    from grader.compare import MAX_MARGIN  # torch: imported once the sessions are done
+
     echo("\nTolerance margins (observed error / tolerance, the solution over "
          f"{1 + len(MARGIN_RUNS)} runs; at most {MAX_MARGIN}):")
     for aid, found in runs.items():
@@ -181,6 +189,21 @@ def _run_sessions(course: Course, ids: list[str], root: Path, suites: Path | Non
         return 1
     echo(f"\nselfcheck passed in {elapsed:.0f} s")
     return 0
+
+
+def _beside(fn: Callable[..., object], *args: object) -> Callable[[], None]:
+    """Start `fn(*args)` in a daemon thread; the function returned waits for it and raises
+    what it raised (a daemon, so Ctrl-C does not wait for nbgrader)."""
+    done: Future = Future()
+
+    def run() -> None:
+        try:
+            done.set_result(fn(*args))
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+            done.set_exception(exc)
+
+    threading.Thread(target=run, daemon=True).start()
+    return lambda: done.result()
 
 
 def _check_worksheets(assignments: tuple[Assignment, ...], root: Path, suites: Path | None,

@@ -103,7 +103,8 @@ def plan(course: Course, ids: list[str], root: Path, suites: Path | None,
 
 @dataclass(frozen=True)
 class Batch:
-    """Jobs graded by one pytest session: one implementation each, or several at once."""
+    """Jobs graded by one pytest session: one implementation, several implementations of one
+    assignment, or (margin runs) one implementation and variation over several assignments."""
 
     jobs: tuple[Job, ...]
 
@@ -111,14 +112,23 @@ class Batch:
     def label(self) -> str:
         if len(self.jobs) == 1:
             return self.jobs[0].label
+        if self.across_assignments:
+            first = self.jobs[0]
+            return (f"solution ({variation_text(first.variation)}) of {len(self.jobs)} "
+                    "assignments in one session")
         return f"{self.jobs[0].assignment}: {len(self.jobs)} implementations in one session"
+
+    @property
+    def across_assignments(self) -> bool:
+        return len({job.assignment for job in self.jobs}) > 1
 
 
 def batches(todo: list[Job], *, together: bool = True) -> list[Batch]:
     """Group the jobs into sessions. `together`: per assignment, the solution, the stub and
     every mutant share one session (grader/plugin.py grades several implementations in one
-    pytest session); the margin runs keep their own, since their seeds shape collection.
-    Otherwise one session per job (the old way, kept for `bench selfcheck`). Longest first."""
+    pytest session); the margin runs keep their own, since their seeds shape collection, and
+    `run_all` merges those of several assignments. Otherwise one session per job (the old way,
+    kept for `bench selfcheck`)."""
     if not together:
         return [Batch((job,)) for job in todo]
     grouped: dict[str, list[Job]] = {}
@@ -132,71 +142,112 @@ def batches(todo: list[Job], *, together: bool = True) -> list[Batch]:
 
 
 def run_all(sessions: list[Batch], on_batch: Callable[[Batch, list[tuple[Job, Session]]], None],
-            *, jobs: int, timeout: float, root: Path, suites: Path | None) -> None:
-    """Run the sessions `jobs` at a time, handing each finished batch to `on_batch`.
+            *, jobs: int, timeout: float, root: Path, suites: Path | None,
+            merge_margins: bool = True) -> None:
+    """Run the sessions at most `jobs` at a time, handing each finished batch to `on_batch`.
 
     The margin runs wait for their assignment's solution run and rerun only the tests that
-    compared a value with a tolerance there (the others have no margin to show); with none,
-    they are not run and `on_batch` gets no view of them.
+    compared a value with a tolerance there (the others have no margin to show; with none, they
+    are not run and `on_batch` gets no view of them). They start once every other session has
+    started; with `merge_margins`, all those ready for one variation (seed shift, threads) go
+    into one session, over several assignments — a session start, a torch import and a
+    forkserver for all of them instead of one each.
     """
     def margins_only(batch: Batch) -> bool:
         return all(job.kind == "margin" for job in batch.jobs)
 
-    deferred: dict[str, list[Batch]] = {}
+    queue = [b for b in sessions if not margins_only(b)]
+    deferred: dict[str, list[Job]] = {}
     for batch in filter(margins_only, sessions):
-        deferred.setdefault(batch.jobs[0].assignment, []).append(batch)
+        for job in batch.jobs:
+            deferred.setdefault(job.assignment, []).append(job)
+    ready: dict[tuple[int, int], list[Job]] = {}  # variation -> margin jobs that may start
+    running: dict[Future, Batch] = {}
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        def submit(batch: Batch) -> Future:
-            future = pool.submit(run_batch, batch, timeout=timeout, root=root, suites=suites)
-            owners[future] = batch
-            return future
+        def next_batch() -> Batch | None:
+            if queue:
+                return queue.pop(0)
+            if not ready:
+                return None
+            variation = max(ready, key=lambda v: len(ready[v]))
+            if merge_margins:
+                return Batch(tuple(ready.pop(variation)))
+            job = ready[variation].pop(0)
+            if not ready[variation]:
+                del ready[variation]
+            return Batch((job,))
 
-        owners: dict[Future, Batch] = {}
-        pending = {submit(b) for b in sessions if not margins_only(b)}
+        def fill() -> None:
+            while len(running) < max(1, jobs):
+                batch = next_batch()
+                if batch is None:
+                    return
+                running[pool.submit(run_batch, batch, timeout=timeout, root=root,
+                                    suites=suites)] = batch
+
         try:
-            while pending:
-                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            fill()
+            while running:
+                finished, _ = wait(running, return_when=FIRST_COMPLETED)
                 for future in finished:
+                    batch = running.pop(future)
                     views = future.result()
-                    on_batch(owners.pop(future), views)
+                    on_batch(batch, views)
                     for job, session in views:
                         if job.kind != "solution":
                             continue
-                        for batch in deferred.pop(job.assignment, []):
-                            narrowed = narrow_to_margins(batch, session.result)
+                        for margin in deferred.pop(job.assignment, []):
+                            narrowed = narrow_job(margin, session.result)
                             if narrowed is not None:
-                                pending.add(submit(narrowed))
+                                ready.setdefault(margin.variation, []).append(narrowed)
+                fill()
         except BaseException:  # Ctrl-C or SIGTERM: end the running sessions, start no more
             pool.shutdown(wait=False, cancel_futures=True)
             stop_all_sessions()
             raise
 
 
-def narrow_to_margins(batch: Batch, solution: RunResult | None) -> Batch | None:
-    """The margin batch limited to the tests that recorded a margin in the solution's run
-    (all of them when that run gave no results; None when no test compared with a tolerance)."""
+def narrow_job(job: Job, solution: RunResult | None) -> Job | None:
+    """The margin job limited to the tests that recorded a margin in the solution's run (all
+    of them when that run gave no results; None when no test compared with a tolerance)."""
     if solution is None:
-        return batch
+        return job
     nodeids = tuple(t.nodeid for t in solution.tests if t.margin is not None)
     if not nodeids:
         return None
-    return Batch(tuple(replace(job, paths=nodeids) for job in batch.jobs))
+    return replace(job, paths=nodeids)
+
+
+def narrow_to_margins(batch: Batch, solution: RunResult | None) -> Batch | None:
+    """`narrow_job` for every job of a batch of margin runs (None when none is left)."""
+    jobs = [narrow_job(job, solution) for job in batch.jobs]
+    if any(job is None for job in jobs):
+        return None
+    if all(new is old for new, old in zip(jobs, batch.jobs)):
+        return batch
+    return Batch(tuple(job for job in jobs if job is not None))
 
 
 def run_batch(batch: Batch, *, timeout: float, root: Path, suites: Path | None
               ) -> list[tuple[Job, Session]]:
     """Run one session for the batch; each job's view of it, with the session's wall time
-    shared out by the time each implementation's tests took (start-up to the first)."""
+    shared out by the time each job's tests took (start-up to the first)."""
     first = batch.jobs[0]
-    impls = [job.impl for job in batch.jobs]
-    stop = [job.impl for job in batch.jobs if job.kind == "mutant"]
-    session = run_session(first.paths, impls if len(impls) > 1 else impls[0],
-                          stop_first=stop if len(impls) > 1 else bool(stop),
-                          timeout=timeout + 60.0 * (len(impls) - 1), root=root, suites=suites,
-                          extra=first.extra_args)
     if len(batch.jobs) == 1:
-        return [(first, session)]
-    views = [session.for_impl(job.impl) for job in batch.jobs]
+        stop = first.kind == "mutant"
+        return [(first, run_session(first.paths, first.impl, stop_first=stop, timeout=timeout,
+                                    root=root, suites=suites, extra=first.extra_args))]
+    more = timeout + 60.0 * (len(batch.jobs) - 1)
+    if batch.across_assignments:  # one implementation and variation, several assignments
+        paths = [path for job in batch.jobs for path in job.paths]
+        session = run_session(paths, first.impl, timeout=more, root=root, suites=suites,
+                              extra=first.extra_args)
+        views = [session.for_assignment(job.assignment) for job in batch.jobs]
+    else:
+        stop = [job.impl for job in batch.jobs if job.kind == "mutant"]
+        session = run_session(first.paths, [job.impl for job in batch.jobs], stop_first=stop,
+                              timeout=more, root=root, suites=suites, extra=first.extra_args)
+        views = [session.for_impl(job.impl) for job in batch.jobs]
     spent = [view.result.duration if view.result else 0.0 for view in views]
     overhead = max(session.wall_s - sum(spent), 0.0)
     return [(job, replace(view, wall_s=seconds + (overhead if i == 0 else 0.0)))

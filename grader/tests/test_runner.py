@@ -21,15 +21,17 @@ def test_command_is_isolated_and_loads_only_our_plugins(tmp_path):
     assert command[1:3] == ["-I", "-c"]
     assert "sys.path.insert(0," in command[3] and "pytest.main()" in command[3]
     joined = " ".join(command[4:])
-    for part in ("--noconftest", "-p grader.plugin", "-p xdist.plugin", "--graded",
+    for part in ("--noconftest", "-p grader.plugin", "--graded",
                  "--impl solutions", f"--mlsys-results {tmp_path / 'r.json'}",
                  f"--rootdir={tmp_path}", f"--hidden-root {tmp_path / 'suites'}",
                  "--mlsys-progress"):
         assert part in joined, part
     assert "-x" not in command and "-n" not in command
+    assert "xdist.plugin" not in command, "xdist is loaded only where it runs (its start-up)"
     command = pytest_command([], resolve_impl("assignments"), tmp_path / "r.json", workers=2,
                             stop_first=True, progress=False)
     assert command[-3:] == ["-n", "2", "-x"] and "--mlsys-progress" not in command
+    assert "-p xdist.plugin" in " ".join(command)
 
 
 def test_environment_disables_plugin_autoload(monkeypatch):

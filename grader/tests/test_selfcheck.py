@@ -319,3 +319,88 @@ def test_margin_runs_rerun_only_the_tests_that_compared_with_a_tolerance(tmp_pat
     assert narrowed is not None and narrowed.jobs[0].paths == ("suites/toy/test_x.py::test_add",)
     assert narrow_to_margins(batch, session(solution_tests()).result) is None
     assert narrow_to_margins(batch, None) is batch
+
+
+def test_margin_runs_of_several_assignments_share_one_session_per_variation(tmp_path,
+                                                                          monkeypatch):
+    """Each assignment's margin runs wait for its solution's run; once nothing else is left to
+    start, those of one variation run in one session over all the assignments that are ready,
+    and each assignment judges only its own tests."""
+    from grader.instructor.sessions import Batch, Job, run_all
+    from harness.impl import resolve_impl
+
+    root = make_course(tmp_path)
+    solutions = resolve_impl("solutions", root)
+    ids = ("a", "b", "c")
+    calls: list[tuple[tuple, tuple]] = []
+
+    def fake_run_session(paths, impl, *, stop_first=False, extra=(), **kwargs):
+        calls.append((tuple(str(p) for p in paths), tuple(extra)))
+        tests = [with_margin(entry("test_add", assignment=aid, points=2), 0.1)
+                 for aid in ids if any(f"/{aid}/" in str(p) for p in paths)]
+        return session(tests, impl="solutions")
+
+    monkeypatch.setattr(sessions_module, "run_session", fake_run_session)
+    jobs = [Job(aid, "solution", solutions, (f"suites/{aid}/",)) for aid in ids]
+    jobs += [Job(aid, "margin", solutions, (f"suites/{aid}/",), variation)
+             for aid in ids for variation in MARGIN_RUNS]
+    seen: list[tuple[str, str, tuple[int, int], int]] = []
+
+    def on_batch(batch: Batch, views) -> None:
+        seen.extend((job.assignment, job.kind, job.variation, len(view.result.tests))
+                    for job, view in views)
+
+    sessions = [Batch((job,)) for job in jobs]
+    run_all(sessions, on_batch, jobs=1, timeout=60.0, root=root, suites=None)
+    margin_calls = [paths for paths, extra in calls if extra]
+    assert len(calls) == 3 + len(MARGIN_RUNS) and len(margin_calls) == len(MARGIN_RUNS)
+    assert all(paths == tuple(f"suites/{aid}/test_x.py::test_add" for aid in ids)
+               for paths in margin_calls)
+    assert sorted(seen) == sorted([(aid, "solution", (0, 1), 1) for aid in ids] + [
+        (aid, "margin", variation, 1) for aid in ids for variation in MARGIN_RUNS])
+    calls.clear()
+    run_all(sessions, on_batch, jobs=1, timeout=60.0, root=root, suites=None,
+            merge_margins=False)
+    assert len(calls) == 3 + 3 * len(MARGIN_RUNS)
+
+
+def test_bench_selfcheck_prints_both_ways_per_assignment_and_every_mutant(tmp_path):
+    from grader.bench.selfcheck import WayResult, report, verdict_of
+    from grader.instructor.sessions import Job
+    from harness.impl import resolve_impl
+
+    root = make_course(tmp_path, mutants={"off_by_one": ""})
+    mutant = Job("toy", "mutant", resolve_impl("mutant:toy/off_by_one", root), ())
+    caught = session([entry("test_add", "failed", points=2, reason="no")])
+    assert verdict_of(mutant, caught) == "suites/toy/test_x.py::test_add"
+    assert verdict_of(mutant, session(solution_tests())).startswith("NOT CAUGHT")
+    stub = Job("toy", "stub", resolve_impl("assignments", root), ())
+    assert verdict_of(stub, session(stub_tests())) == "ok"
+    old = WayResult(wall_s=90.0, cpu_s=150.0, sessions=9, per_assignment={"toy": 180.0},
+                    sessions_of={"toy": 9},
+                    verdicts={"toy stub": "ok", mutant.label: "suites/toy/test_x.py::test_add"})
+    new = WayResult(wall_s=30.0, cpu_s=50.0, sessions=2, per_assignment={"toy": 60.0},
+                    sessions_of={"toy": 2}, verdicts=dict(old.verdicts))
+    lines: list[str] = []
+    assert report(old, new, (5.0, 8.0), lines.append) == 0
+    text = "\n".join(lines)
+    assert "speed-up: 3.00x wall (meets the 3x target), 3.00x CPU" in text
+    assert "toy                    9  180.0             2   60.0  3.00x" in text
+    assert "toy mutant:toy/off_by_one: suites/toy/test_x.py::test_add" in text
+    assert "every verdict is the same both ways" in text
+    new.verdicts[mutant.label] = "NOT CAUGHT []"
+    lines.clear()
+    assert report(old, new, (5.0, 8.0), lines.append) == 1
+    assert "[old: suites/toy/test_x.py::test_add]" in "\n".join(lines)
+
+
+def test_a_session_over_several_assignments_is_judged_per_assignment():
+    tests = [entry("test_add", assignment="a"), entry("test_add", assignment="b")]
+    errors = ["grader/suites/b/test_y.py: SyntaxError", "pytest: something broke"]
+    merged = session(tests, impl="solutions", collection_errors=errors)
+    only_a = merged.for_assignment("a")
+    assert [t.assignment for t in only_a.result.tests] == ["a"]
+    assert only_a.result.collection_errors == ("pytest: something broke",)
+    assert merged.for_assignment("b").result.collection_errors == tuple(errors)
+    assert only_a.wall_s == merged.wall_s and only_a.results == (only_a.result,)
+    assert session(None, problem="no results").for_assignment("a").problem == "no results"
