@@ -13,11 +13,12 @@ from harness.errors import (
     RankExit,
     RankFailure,
     RankTimeout,
+    SurvivorError,
 )
 from harness.launcher import LaunchResult, launch
 
 __all__ = [
     "COMMUNICATION_APIS", "P2P_APIS", "CommRecord", "Forbid", "ForbiddenCallError",
     "LaunchError", "LaunchResult", "NotImplementedInRank", "PayloadError", "RankContext",
-    "RankExit", "RankFailure", "RankTimeout", "launch", "storage_bytes",
+    "RankExit", "RankFailure", "RankTimeout", "SurvivorError", "launch", "storage_bytes",
 ]
