@@ -31,6 +31,7 @@ from harness import procfs
 
 PRELOAD = ["harness.rankmain", "cloudpickle", "numpy"]
 BY_VALUE_PACKAGES: list[str] = []
+RANK_UIDS = 64  # ranks per launch that can each have a user of their own (Wrapper.rank_uid_base)
 RANK_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
             "TORCH_SHOW_CPP_STACKTRACES": "0", "PYTHONFAULTHANDLER": "0"}
 

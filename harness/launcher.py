@@ -117,6 +117,9 @@ def launch(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] =
     wrapper = forkserver.wrapper()  # the sandbox, if any: fixed once the forkserver runs
     uids = [None if wrapper is None or wrapper.rank_uid_base is None
             else wrapper.rank_uid_base + r for r in range(world_size)]
+    if uids[-1] is not None and world_size > forkserver.RANK_UIDS:
+        raise ValueError(f"world_size {world_size} is more than the sandbox's "
+                         f"{forkserver.RANK_UIDS} rank users")
     workdir, store_path = _make_folders(uids, forkserver.workdir_base())
     procs: list[Any] = []
     started = time.monotonic()
