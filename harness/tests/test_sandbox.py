@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from harness import sandbox
+
 PROBE = Path(__file__).with_name("sandbox_probe.py")
 
 
@@ -58,8 +60,10 @@ def test_hidden_paths_internet_and_writes_are_out_of_reach(report):
         assert not any(v for p, v in visible.items() if not p.endswith("harness")), visible
         assert visible[next(p for p in visible if p.endswith("harness"))]
         assert rank["internet"] is False and rank["repo_writable"] is False
-        if os.geteuid() == 0:
-            assert rank["uid"] == 65534
+        if os.geteuid() == 0:  # a user of its own per rank, no host account's
+            assert rank["uid"] >= sandbox.RANK_UID_FIRST
+    if os.geteuid() == 0:
+        assert len({rank["uid"] for rank in report["ranks"]}) == len(report["ranks"])
 
 
 def test_no_other_checkout_home_or_host_process_is_visible(report):
