@@ -79,3 +79,49 @@ def test_an_honest_launch_after_a_survivor_is_clean():
     with pytest.raises(SurvivorError):
         launch(setsid_daemon, 2, timeout=30)
     assert launch(files_near_me, 2, rank_args=[(torch.ones(1),), (torch.zeros(1),)]).values
+
+
+FORKER = ("import os, time\n"
+          "for _ in range(20):\n"
+          "    if os.fork() == 0:\n"
+          "        os.setsid()\n"
+          "        time.sleep(120)\n"
+          "time.sleep(120)\n")
+
+
+def _kinds() -> list[str]:
+    """Each way this machine can end a group (v2 cgroup.kill, v1 freezer), tried alone."""
+    from harness import cgroups
+
+    if cgroups.Controller.detect(os.getpid(), max_processes=64, memory_bytes=None) is None:
+        return ["none"]
+    kinds = [t.kind for t in cgroups._trees(os.getpid())]
+    return [k for k in kinds if k in ("v2", "freezer")] or ["none"]
+
+
+@pytest.mark.parametrize("kind", _kinds())
+def test_a_launch_group_ends_every_member_setsid_or_not(kind):
+    import subprocess
+    import sys
+
+    from harness import cgroups
+
+    if kind == "none":
+        pytest.skip("no writable cgroup tree here (needs root): launches fall back to the "
+                    "forkserver's subreaper")
+    trees = tuple(t for t in cgroups._trees(os.getpid()) if t.kind in (kind, "pids"))
+    group = cgroups.Controller(trees, 64, None).new_group()
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)\n" + FORKER])
+    try:
+        group.enter(proc.pid)
+        deadline = time.monotonic() + 20
+        while len(group.members()) < 21 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        members = group.members()
+        assert len(members) == 21, f"{len(members)} members"
+        assert group.end() == set()
+        proc.wait(timeout=5)
+        assert not any(alive(pid) for pid in members)
+    finally:
+        proc.kill()
+        group.end()
