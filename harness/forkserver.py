@@ -53,6 +53,7 @@ class Wrapper:
     workdir_base: str | None = None
     max_processes: int | None = None
     rank_uid_base: int | None = None
+    folder_owner: int | None = None  # ranks all run as this user (no user of their own)
     memory_bytes: int | None = None  # per launch, where the launch's control group can cap it
     # Ranks make themselves not dumpable (a peer cannot read their memory); only where the
     # parent keeps the right to read their /proc/<pid>/io (root, or bwrap's user namespace).

@@ -120,7 +120,9 @@ def launch(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] =
     if uids[-1] is not None and world_size > forkserver.RANK_UIDS:
         raise ValueError(f"world_size {world_size} is more than the sandbox's "
                          f"{forkserver.RANK_UIDS} rank users")
-    workdir, store_path = _make_folders(uids, forkserver.workdir_base())
+    owners = [uid if uid is not None else wrapper.folder_owner if wrapper else None
+              for uid in uids]
+    workdir, store_path = _make_folders(owners, forkserver.workdir_base())
     procs: list[Any] = []
     started = time.monotonic()
     group = _new_launch_group()
@@ -131,7 +133,7 @@ def launch(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] =
                         impl=spec, fn_qualname=qualname, seed=seed, forbid=forbid,
                         pg_timeout_s=timeout + 30.0, max_result_bytes=max_result_bytes,
                         max_file_bytes=MAX_FILE_BYTES,
-                        max_processes=wrapper.max_processes if wrapper else None,
+                        max_processes=_process_limit(wrapper, group),
                         fn_bytes=fn_bytes, args_bytes=args_bytes, rank_args_bytes=own_args[r],
                         uid=uids[r], private_memory=bool(wrapper and wrapper.private_memory),
                         env={**forkserver.rank_env(), **(env or {})}, threads=_rank_threads)
@@ -191,6 +193,17 @@ def _new_launch_group() -> cgroups.LaunchGroup | None:
                 server, max_processes=wrapper.max_processes if wrapper else None,
                 memory_bytes=wrapper.memory_bytes if wrapper else None)
         return _controller.new_group() if _controller else None
+
+
+def _process_limit(wrapper: forkserver.Wrapper | None,
+                   group: cgroups.LaunchGroup | None) -> int | None:
+    """RLIMIT_NPROC for each rank: it counts every process of the rank's user, so only where
+    that user is the rank's own, or where no control group bounds the launch instead."""
+    if wrapper is None or wrapper.max_processes is None:
+        return None
+    if wrapper.rank_uid_base is not None or (wrapper.folder_owner is not None and group is None):
+        return wrapper.max_processes
+    return None
 
 
 def _start(procs: list[Any], jobs: list[RankJob], group: cgroups.LaunchGroup | None) -> None:

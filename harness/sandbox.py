@@ -234,11 +234,19 @@ def enable(config: SandboxConfig) -> SandboxStatus:
         else:
             missing.append(f"bwrap failed ({problem}): no PID or network namespace, the whole "
                            "file system visible")
-    if sandbox_cmd is None:  # degraded: at least users of their own and a clean environment
-        if server and (_probe([*other_user, *plain_env]) is not None
-                       or _probe([*server, *plain_env]) is not None):
-            server = []
-        sandbox_cmd = [*server, *plain_env]
+    folder_owner = None
+    if sandbox_cmd is None:  # degraded: at least another user and a clean environment
+        # Not a root forkserver here: without a network namespace a rank could reach its
+        # socket and have it fork code as root. Forkserver and ranks run as nobody instead.
+        server = []
+        if other_user and _probe([*other_user, *plain_env]) is None:
+            sandbox_cmd, folder_owner = [*other_user, *plain_env], UNPRIVILEGED_UID
+            applied.append("ranks run as nobody (one user for all ranks)")
+        else:
+            sandbox_cmd = plain_env
+            if os.geteuid() == 0:
+                missing.append("ranks run as root (no setpriv, or nobody cannot run this "
+                               "Python)")
         applied.append("cleared environment")
     uid_base = _rank_uid_base() if server else None
     if uid_base is not None:
@@ -248,7 +256,7 @@ def enable(config: SandboxConfig) -> SandboxStatus:
         applied.append("folders 0700, ranks not dumpable (the grading process's user, not "
                        "root)" if in_bwrap else "folders 0700 (the grading process's user, "
                        "not root)")
-    elif not any(m.startswith("ranks run as root") for m in missing):
+    elif in_bwrap and not any(m.startswith("ranks run as root") for m in missing):
         missing.append("ranks run as root (no setpriv)")
     applied.append("python -I")
     mode = "full" if not missing else "degraded"
@@ -256,8 +264,8 @@ def enable(config: SandboxConfig) -> SandboxStatus:
                             workdir_base=work)
     forkserver.use_wrapper(forkserver.Wrapper(
         command=tuple(sandbox_cmd), workdir_base=work,
-        max_processes=config.max_processes if uid_base is not None or controller else None,
-        rank_uid_base=uid_base, memory_bytes=config.memory_bytes,
+        max_processes=config.max_processes,
+        rank_uid_base=uid_base, folder_owner=folder_owner, memory_bytes=config.memory_bytes,
         private_memory=os.geteuid() == 0 or in_bwrap))
     _status = status_
     atexit.register(shutil.rmtree, base, ignore_errors=True)
