@@ -5,6 +5,11 @@ multiprocessing 'forkserver' context), rendezvous through a FileStore in a fresh
 ports), and are watched until all return, one fails, or the wall-clock limit passes. On a failure
 the other ranks are killed at once; on a timeout every live rank's Python stack is dumped
 (faulthandler) before the whole tree is killed. No rank process outlives the call.
+
+Each rank gets the function and its arguments inside its job (never as files) and a private
+folder for what it writes. The launch's processes share a control group where the machine
+allows one (`harness.cgroups`); after the launch, anything of it still alive — a daemon that
+left the rank's tree — fails the launch with `SurvivorError`, named, and is killed.
 """
 
 from __future__ import annotations
