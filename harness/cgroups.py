@@ -25,6 +25,10 @@ from pathlib import Path
 from harness import procfs
 
 _counter = itertools.count()
+# Tasks (processes and threads) a rank may have: torch and gloo need a dozen or two. A launch
+# gets this many per rank, at most the controller's `max_processes`: a fork bomb then fills
+# its small group fast and fails, instead of hundreds of processes starving the machine.
+TASKS_PER_RANK = 64
 
 
 @dataclass(frozen=True)
@@ -214,7 +218,8 @@ class Controller:
             return "cgroup.kill (v2)"
         return "freeze and kill (v1 freezer)" if "freezer" in kinds else ""
 
-    def new_group(self) -> LaunchGroup:
+    def new_group(self, world_size: int | None = None) -> LaunchGroup:
+        """A fresh group; `world_size` scales its process limit (TASKS_PER_RANK per rank)."""
         name = f"mlsys-{os.getpid()}-{next(_counter)}"
         folders: dict[str, Path] = {}
         homes: dict[str, Path] = {}
@@ -231,7 +236,9 @@ class Controller:
         v2 = folders.get("v2")
         limits: list[tuple[str, str, str]] = []
         if self.max_processes is not None:
-            limits.append(("pids", "pids.max", str(self.max_processes)))
+            tasks = self.max_processes if world_size is None else \
+                min(self.max_processes, TASKS_PER_RANK * world_size)
+            limits.append(("pids", "pids.max", str(tasks)))
         if self.memory_bytes is not None:
             limits += [("memory", "memory.max", str(self.memory_bytes)),
                        ("memory", "memory.limit_in_bytes", str(self.memory_bytes))]
@@ -258,8 +265,9 @@ class Controller:
                     except OSError:
                         continue
                     if value and value != "max" and int(value) < 2**62:
-                        shown = f"{int(value) / 2**30:g} GiB" if label == "memory" else value
-                        applied.append(f"{label} ≤ {shown} per launch (cgroup {kind})")
+                        shown = f"{int(value) / 2**30:g} GiB per launch" if label == "memory" \
+                            else f"{TASKS_PER_RANK} per rank, {value} per launch"
+                        applied.append(f"{label} ≤ {shown} (cgroup {kind})")
         finally:
             group.end()
         return applied

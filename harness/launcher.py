@@ -130,7 +130,7 @@ def launch(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] =
     workdir, store_path = _make_folders(owners, forkserver.workdir_base())
     procs: list[Any] = []
     started = time.monotonic()
-    group = _new_launch_group()
+    group = _new_launch_group(world_size)
     failed = True
     try:
         jobs = [RankJob(rank=r, world_size=world_size, backend=chosen_backend,
@@ -145,11 +145,13 @@ def launch(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] =
                 for r in range(world_size)]
         _start(procs, jobs, group)
         written = _watch(procs, jobs, started + timeout, timeout, qualname,
-                         limited=wrapper is not None)
+                         limited=wrapper is not None, group=group)
         results = [payload.load(job.path("result.pt"), max_result_bytes,
                                 who=f"rank {job.rank} of {world_size}") for job in jobs]
         failed = False
     finally:
+        if group is not None and failed:
+            group.kill()  # everything at once: a tree walk is slow against a fork bomb
         for proc in procs:
             if proc.pid is not None:
                 proctree.kill_tree(proc.pid)
@@ -188,7 +190,7 @@ _live_ranks: set[int] = set()  # ranks of launches still running (launches may r
 _controller: Any = False  # cgroups.Controller, None where none can be made; False: not yet
 
 
-def _new_launch_group() -> cgroups.LaunchGroup | None:
+def _new_launch_group(world_size: int) -> cgroups.LaunchGroup | None:
     """A fresh control group for this launch, where this machine lets us make one."""
     global _controller
     with _lock:
@@ -197,7 +199,7 @@ def _new_launch_group() -> cgroups.LaunchGroup | None:
             _controller = server and cgroups.Controller.detect(
                 server, max_processes=wrapper.max_processes if wrapper else None,
                 memory_bytes=wrapper.memory_bytes if wrapper else None)
-        return _controller.new_group() if _controller else None
+        return _controller.new_group(world_size) if _controller else None
 
 
 def _process_limit(wrapper: forkserver.Wrapper | None,
@@ -206,7 +208,9 @@ def _process_limit(wrapper: forkserver.Wrapper | None,
     that user is the rank's own, or where no control group bounds the launch instead."""
     if wrapper is None or wrapper.max_processes is None:
         return None
-    if wrapper.rank_uid_base is not None or (wrapper.folder_owner is not None and group is None):
+    if wrapper.rank_uid_base is not None:
+        return min(wrapper.max_processes, cgroups.TASKS_PER_RANK)
+    if wrapper.folder_owner is not None and group is None:
         return wrapper.max_processes
     return None
 
@@ -317,7 +321,8 @@ def _finish_rank(job: RankJob, pid: int) -> int | None:
 
 
 def _watch(procs: list[Any], jobs: list[RankJob], deadline: float, timeout: float,
-           fn_name: str, *, limited: bool) -> list[int | None]:
+           fn_name: str, *, limited: bool,
+           group: cgroups.LaunchGroup | None = None) -> list[int | None]:
     """Wait for every rank; raise on the first failure, exit without result, or timeout.
 
     A rank that returned writes its result and stops itself; only then does it count as done
@@ -342,7 +347,9 @@ def _watch(procs: list[Any], jobs: list[RankJob], deadline: float, timeout: floa
         for sentinel in wait(list(pending), timeout=min(remaining, 0.01)):
             r = pending.pop(sentinel)
             procs[r].join()
-            for other in pending.values():  # stop the others at once
+            if group is not None:  # stop the others at once, whatever they started too
+                group.kill()
+            for other in pending.values():
                 proctree.kill_tree(procs[other].pid)
             raise failures.first_failure(procs, jobs, r, limited=limited)
     return written
