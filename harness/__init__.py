@@ -23,6 +23,7 @@ if TYPE_CHECKING:
         RankExit,
         RankFailure,
         RankTimeout,
+        SurvivorError,
     )
     from harness.launcher import LaunchResult, launch
 
@@ -31,13 +32,14 @@ _HOME = {
     "Forbid": "commlog", "RankContext": "context", "storage_bytes": "context",
     "ForbiddenCallError": "errors", "LaunchError": "errors", "NotImplementedInRank": "errors",
     "PayloadError": "errors", "RankExit": "errors", "RankFailure": "errors",
-    "RankTimeout": "errors", "LaunchResult": "launcher", "launch": "launcher",
+    "RankTimeout": "errors", "SurvivorError": "errors",
+    "LaunchResult": "launcher", "launch": "launcher",
 }
 
 __all__ = [
     "COMMUNICATION_APIS", "P2P_APIS", "CommRecord", "Forbid", "ForbiddenCallError",
     "LaunchError", "LaunchResult", "NotImplementedInRank", "PayloadError", "RankContext",
-    "RankExit", "RankFailure", "RankTimeout", "launch", "storage_bytes",
+    "RankExit", "RankFailure", "RankTimeout", "SurvivorError", "launch", "storage_bytes",
 ]
 
 

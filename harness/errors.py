@@ -73,3 +73,15 @@ class RankTimeout(LaunchError):
 
 class PayloadError(LaunchError):
     """A rank returned something that is not plain data, or more bytes than the cap."""
+
+
+class SurvivorError(LaunchError):
+    """A process the launch started was still alive after it ended (a daemon, a double fork,
+    a `setsid` escape). It has been killed; the launch fails all the same.
+
+    `survivors`: one line per process, "pid N: its command line".
+    """
+
+    def __init__(self, summary: str, *, survivors: list[str]) -> None:
+        super().__init__(summary)
+        self.survivors = survivors

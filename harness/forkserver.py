@@ -20,14 +20,18 @@ import os
 import shlex
 import sys
 import tempfile
+import time
 import types
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from harness import procfs
+
 PRELOAD = ["harness.rankmain", "cloudpickle", "numpy"]
 BY_VALUE_PACKAGES: list[str] = []
+RANK_UIDS = 64  # ranks per launch that can each have a user of their own (Wrapper.rank_uid_base)
 RANK_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
             "TORCH_SHOW_CPP_STACKTRACES": "0", "PYTHONFAULTHANDLER": "0"}
 
@@ -39,13 +43,21 @@ class Wrapper:
     `command` goes before Python, `setup_lines` are shell lines run first (e.g. joining a
     cgroup); rank work folders are made under `workdir_base` (visible and writable inside);
     `max_processes`, when set, is the RLIMIT_NPROC each rank puts on itself (only where ranks
-    run as a user of their own, since the limit counts all of that user's processes).
+    run as a user of their own, since the limit counts all of that user's processes);
+    `rank_uid_base`, when set, gives rank r the user id `rank_uid_base + r` (the forkserver then
+    runs as root with only the capabilities to change user).
     """
 
     command: tuple[str, ...]
     setup_lines: tuple[str, ...] = ()
     workdir_base: str | None = None
     max_processes: int | None = None
+    rank_uid_base: int | None = None
+    folder_owner: int | None = None  # ranks all run as this user (no user of their own)
+    memory_bytes: int | None = None  # per launch, where the launch's control group can cap it
+    # Ranks make themselves not dumpable (a peer cannot read their memory); only where the
+    # parent keeps the right to read their /proc/<pid>/io (root, or bwrap's user namespace).
+    private_memory: bool = False
 
 
 _context: Any = None
@@ -121,11 +133,108 @@ def mp_context() -> Any:
 
 
 def start_process(target: Callable[..., Any], args: tuple[Any, ...], name: str) -> Any:
-    """Fork a daemon process from the forkserver running `target(*args)`; return it started."""
+    """Fork a daemon process from the forkserver running `target(*args)`; return it started.
+
+    `proc.pid` is the process id as this process sees it, also when the forkserver runs in a
+    PID namespace of its own (the sandbox), where it reports the id inside that namespace.
+    """
     proc = mp_context().Process(target=target, args=args, name=name, daemon=True)
     with _spawn_preparation(workdir_base()):
         proc.start()
+    server = server_pid()
+    if server is not None and len(procfs.namespace_pids(server)) > 1:
+        host = _host_pid(server, proc.pid)
+        # multiprocessing signals and kills by this pid (the exit status comes by the pipe).
+        proc._popen.pid = host if host is not None else _GONE_PID
     return proc
+
+
+_GONE_PID = 2**22 + 1  # above pid_max: a rank that died before it could be found
+_server_pid: int | None = None
+
+
+def server_pid() -> int | None:
+    """The forkserver's Python process (the one that forks ranks), as this process sees it;
+    None before it runs. Under a wrapper it sits below the wrapper's own processes (bwrap)."""
+    global _server_pid
+    launcher = getattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None)
+    if launcher is None:
+        return None
+    deadline = time.monotonic() + 10.0  # the wrapper may still be on its way to Python
+    while (_server_pid is None or not procfs.stat_fields(_server_pid)) and \
+            procfs.stat_fields(launcher) and time.monotonic() < deadline:
+        _server_pid = None
+        shim = os.path.join(os.path.dirname(os.path.abspath(__file__)), "shim.py")
+        pid = launcher  # the topmost process running the shim: the forkserver itself
+        for _ in range(8):
+            if procfs.cmdline(pid)[:3] == [sys.executable, "-I", shim]:
+                _server_pid = pid
+                break
+            children = _children(pid)
+            if len(children) != 1:
+                break
+            pid = children[0]
+        else:
+            break
+        if _server_pid is None:
+            time.sleep(0.01)
+    return _server_pid
+
+
+def wrapper_pids() -> set[int]:
+    """The forkserver and the processes of its wrapper above it (bwrap and its init): what
+    stays alive between launches. Empty before the forkserver runs."""
+    launcher = getattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None)
+    server = server_pid()
+    if launcher is None or server is None:
+        return set()
+    parents = procfs.parents()
+    chain, pid = {server}, server
+    while pid != launcher and pid in parents and len(chain) < 16:
+        pid = parents[pid]
+        chain.add(pid)
+    return chain
+
+
+def _children(pid: int) -> list[int]:
+    listed = procfs.children(pid)
+    if listed is None:
+        listed = [child for child, parent in procfs.parents().items() if parent == pid]
+    return listed
+
+
+def _host_pid(server: int, inner: int) -> int | None:
+    """The pid, as we see it, of the forkserver's child whose pid in its namespace is `inner`."""
+    for _ in range(100):
+        for pid in _children(server):
+            nspids = procfs.namespace_pids(pid)
+            if nspids and nspids[-1] == inner:
+                return pid
+        if not procfs.stat_fields(server):
+            return None
+        time.sleep(0.002)  # the child exists once its pid is sent; a rescan finds it
+    return None
+
+
+def stray_processes(exclude: set[int]) -> set[int]:
+    """Live processes below the forkserver's launcher that are neither its wrapper's nor the
+    forkserver itself nor in `exclude` (ranks of launches still running, with what they started).
+
+    The forkserver is a child subreaper (harness/shim.py) and, under the sandbox, the init of
+    its PID namespace is bwrap's: an orphan — double-forked, `setsid` or not — comes back below
+    the launcher, so after a launch whatever is found here outlived it."""
+    launcher = getattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None)
+    if launcher is None:
+        return set()
+    keep = wrapper_pids() | exclude
+    found: set[int] = set()
+    stack = [launcher]
+    while stack:
+        for child in _children(stack.pop()):
+            if child not in found and child not in exclude:
+                found.add(child)
+                stack.append(child)
+    return {pid for pid in found - keep if not procfs.is_zombie(pid)}
 
 
 def pickle_rank_function(fn: Callable) -> bytes:

@@ -5,13 +5,20 @@ multiprocessing 'forkserver' context), rendezvous through a FileStore in a fresh
 ports), and are watched until all return, one fails, or the wall-clock limit passes. On a failure
 the other ranks are killed at once; on a timeout every live rank's Python stack is dumped
 (faulthandler) before the whole tree is killed. No rank process outlives the call.
+
+Each rank gets the function and its arguments inside its job (never as files) and a private
+folder for what it writes. The launch's processes share a control group where the machine
+allows one (`harness.cgroups`); after the launch, anything of it still alive — a daemon that
+left the rank's tree — fails the launch with `SurvivorError`, named, and is killed.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -20,9 +27,9 @@ from typing import Any
 
 import torch
 
-from harness import failures, forkserver, payload, procfs, proctree
+from harness import cgroups, failures, forkserver, payload, procfs, proctree
 from harness.commlog import CommRecord, Forbid
-from harness.errors import ForbiddenCallError, PayloadError
+from harness.errors import ForbiddenCallError, PayloadError, SurvivorError
 from harness.forkserver import configure, mp_context, preload
 from harness.impl import ImplSpec, resolve_impl
 from harness.rankmain import RankJob, rank_entry
@@ -108,41 +115,54 @@ def launch(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] =
     qualname = fn.__qualname__
     spec = impl if isinstance(impl, ImplSpec) else resolve_impl(impl)
     chosen_backend = resolve_backend(backend, world_size)
+    args_bytes = _saved((tuple(args), dict(kwargs or {})))
+    own_args = [None if rank_args is None else _saved(tuple(rank_args[r]))
+                for r in range(world_size)]
     mp_context()  # starts the forkserver on the first launch of this process
     wrapper = forkserver.wrapper()  # the sandbox, if any: fixed once the forkserver runs
-    workdir = tempfile.mkdtemp(prefix="mlsys-launch-", dir=forkserver.workdir_base())
-    if forkserver.workdir_base():
-        os.chmod(workdir, 0o777)  # ranks run as another user inside the sandbox
+    uids = [None if wrapper is None or wrapper.rank_uid_base is None
+            else wrapper.rank_uid_base + r for r in range(world_size)]
+    if uids[-1] is not None and world_size > forkserver.RANK_UIDS:
+        raise ValueError(f"world_size {world_size} is more than the sandbox's "
+                         f"{forkserver.RANK_UIDS} rank users")
+    owners = [uid if uid is not None else wrapper.folder_owner if wrapper else None
+              for uid in uids]
+    workdir, store_path = _make_folders(owners, forkserver.workdir_base())
     procs: list[Any] = []
     started = time.monotonic()
+    group = _new_launch_group(world_size)
+    failed = True
     try:
-        torch.save((tuple(args), dict(kwargs or {})), os.path.join(workdir, "args.pt"))
-        with open(os.path.join(workdir, "fn.pkl"), "wb") as f:
-            f.write(fn_bytes)
-        jobs = [RankJob(rank=r, world_size=world_size, backend=chosen_backend, workdir=workdir,
+        jobs = [RankJob(rank=r, world_size=world_size, backend=chosen_backend,
+                        workdir=os.path.join(workdir, f"rank{r}"), store_path=store_path,
                         impl=spec, fn_qualname=qualname, seed=seed, forbid=forbid,
                         pg_timeout_s=timeout + 30.0, max_result_bytes=max_result_bytes,
                         max_file_bytes=MAX_FILE_BYTES,
-                        max_processes=wrapper.max_processes if wrapper else None,
-                        has_rank_args=rank_args is not None,
+                        max_processes=_process_limit(wrapper, group),
+                        fn_bytes=fn_bytes, args_bytes=args_bytes, rank_args_bytes=own_args[r],
+                        uid=uids[r], private_memory=bool(wrapper and wrapper.private_memory),
                         env={**forkserver.rank_env(), **(env or {})}, threads=_rank_threads)
                 for r in range(world_size)]
-        if rank_args is not None:
-            for job, extra in zip(jobs, rank_args):
-                torch.save(tuple(extra), job.path("args.pt"))
-        for job in jobs:
-            procs.append(forkserver.start_process(rank_entry, (job,), f"mlsys-rank{job.rank}"))
+        _start(procs, jobs, group)
         written = _watch(procs, jobs, started + timeout, timeout, qualname,
-                         limited=wrapper is not None)
+                         limited=wrapper is not None, group=group)
         results = [payload.load(job.path("result.pt"), max_result_bytes,
                                 who=f"rank {job.rank} of {world_size}") for job in jobs]
+        failed = False
     finally:
+        if group is not None and failed:
+            group.kill()  # everything at once: a tree walk is slow against a fork bomb
         for proc in procs:
             if proc.pid is not None:
                 proctree.kill_tree(proc.pid)
         for proc in procs:
             proc.join(timeout=5)
+        with _lock:
+            _live_ranks.difference_update(proc.pid for proc in procs)
+        survivors = _end_survivors(group)
         shutil.rmtree(workdir, ignore_errors=True)
+        if survivors and not failed:
+            raise _survivor_error(survivors, qualname)
     values, comm = [], []
     for r, result in enumerate(results):
         if not isinstance(result, dict) or set(result) != {"value", "comm"}:
@@ -165,6 +185,122 @@ def launch(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] =
                         backend=chosen_backend, written_bytes=written)
 
 
+_lock = threading.Lock()
+_live_ranks: set[int] = set()  # ranks of launches still running (launches may run in threads)
+_controller: Any = False  # cgroups.Controller, None where none can be made; False: not yet
+
+
+def _new_launch_group(world_size: int) -> cgroups.LaunchGroup | None:
+    """A fresh control group for this launch, where this machine lets us make one."""
+    global _controller
+    with _lock:
+        if _controller is False:
+            server, wrapper = forkserver.server_pid(), forkserver.wrapper()
+            _controller = server and cgroups.Controller.detect(
+                server, max_processes=wrapper.max_processes if wrapper else None,
+                memory_bytes=wrapper.memory_bytes if wrapper else None)
+        return _controller.new_group(world_size) if _controller else None
+
+
+def _process_limit(wrapper: forkserver.Wrapper | None,
+                   group: cgroups.LaunchGroup | None) -> int | None:
+    """RLIMIT_NPROC for each rank: it counts every process of the rank's user, so only where
+    that user is the rank's own, or where no control group bounds the launch instead."""
+    if wrapper is None or wrapper.max_processes is None:
+        return None
+    if wrapper.rank_uid_base is not None:
+        return min(wrapper.max_processes, cgroups.TASKS_PER_RANK)
+    if wrapper.folder_owner is not None and group is None:
+        return wrapper.max_processes
+    return None
+
+
+def _start(procs: list[Any], jobs: list[RankJob], group: cgroups.LaunchGroup | None) -> None:
+    """Fork the ranks, the forkserver inside the launch's group meanwhile: each rank is born in
+    it, and so is everything it starts."""
+    with _lock:
+        server = forkserver.server_pid() if group is not None else None
+        if group is not None and server is not None:
+            group.enter(server)
+        try:
+            for job in jobs:
+                procs.append(forkserver.start_process(rank_entry, (job,),
+                                                      f"mlsys-rank{job.rank}"))
+                _live_ranks.add(procs[-1].pid)
+        finally:
+            if group is not None and server is not None:
+                group.leave(server)
+
+
+SURVIVOR_GRACE_S = 1.0
+
+
+def _end_survivors(group: cgroups.LaunchGroup | None) -> list[str]:
+    """After the ranks are gone: what of the launch is still alive (its control group, and the
+    processes below the forkserver that belong to no running launch), named, then killed.
+
+    Killed ranks can take a moment to exit, so a process counts only if it is still there
+    after `SURVIVOR_GRACE_S`."""
+    deadline = time.monotonic() + SURVIVOR_GRACE_S
+    while True:
+        with _lock:
+            running = set(_live_ranks)
+        exclude = set(running)
+        for pid in running:
+            exclude |= proctree.descendants(pid)
+        found = forkserver.stray_processes(exclude) | (group.members() if group else set())
+        if not found or time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
+    named = [f"pid {pid}: {' '.join(procfs.cmdline(pid))[:120] or '(no command line)'}"
+             for pid in sorted(found)]
+    for pid in found:
+        proctree.kill_tree(pid)
+    if group is not None:
+        left = group.end()
+        named += [f"pid {pid}: still alive after the kill" for pid in sorted(left - found)]
+    return named
+
+
+def _survivor_error(survivors: list[str], fn_name: str) -> SurvivorError:
+    return SurvivorError(
+        f"{fn_name}: {len(survivors)} process(es) started by the ranks were still running after "
+        f"the launch ended (a daemon, a double fork or setsid?); a rank function must not leave "
+        f"processes behind. They were killed: " + "; ".join(survivors[:5]),
+        survivors=survivors)
+
+
+def _saved(value: Any) -> bytes:
+    """`value` as torch.save bytes: tensors travel as plain data, not as shared memory."""
+    buffer = io.BytesIO()
+    torch.save(value, buffer)
+    return buffer.getvalue()
+
+
+def _make_folders(uids: list[int | None], base: str | None) -> tuple[str, str]:
+    """The launch's folder: one private folder per rank (0700, owned by the rank's user when it
+    has one of its own) and the rendezvous store, the one file every rank may write.
+
+    Returns (launch folder, store path). Nothing the parent gives a rank is written here: the
+    function and the arguments travel inside the job."""
+    workdir = tempfile.mkdtemp(prefix="mlsys-launch-", dir=base)
+    os.chmod(workdir, 0o755)  # ranks of another user must reach their own folders
+    for r, uid in enumerate(uids):
+        folder = os.path.join(workdir, f"rank{r}")
+        os.mkdir(folder, 0o700)
+        if uid is not None:
+            os.chown(folder, uid, uid)
+    store = os.path.join(workdir, "rendezvous")
+    os.mkdir(store)
+    store_path = os.path.join(store, "store")
+    with open(store_path, "wb"):
+        pass
+    if any(uid is not None for uid in uids):  # ranks of different users share this file
+        os.chmod(store, 0o777)
+        os.chmod(store_path, 0o666)
+    return workdir, store_path
+
+
 def _finish_rank(job: RankJob, pid: int) -> int | None:
     """The handshake: read the stopped rank's write counter, then end it.
 
@@ -185,7 +321,8 @@ def _finish_rank(job: RankJob, pid: int) -> int | None:
 
 
 def _watch(procs: list[Any], jobs: list[RankJob], deadline: float, timeout: float,
-           fn_name: str, *, limited: bool) -> list[int | None]:
+           fn_name: str, *, limited: bool,
+           group: cgroups.LaunchGroup | None = None) -> list[int | None]:
     """Wait for every rank; raise on the first failure, exit without result, or timeout.
 
     A rank that returned writes its result and stops itself; only then does it count as done
@@ -210,7 +347,9 @@ def _watch(procs: list[Any], jobs: list[RankJob], deadline: float, timeout: floa
         for sentinel in wait(list(pending), timeout=min(remaining, 0.01)):
             r = pending.pop(sentinel)
             procs[r].join()
-            for other in pending.values():  # stop the others at once
+            if group is not None:  # stop the others at once, whatever they started too
+                group.kill()
+            for other in pending.values():
                 proctree.kill_tree(procs[other].pid)
             raise failures.first_failure(procs, jobs, r, limited=limited)
     return written

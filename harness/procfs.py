@@ -71,3 +71,53 @@ def written_bytes(pid: int) -> int | None:
         return int(fields["wchar"])
     except (OSError, KeyError, ValueError):
         return None
+
+
+def cmdline(pid: int) -> list[str]:
+    """The arguments `pid` was started with (its first 4 KiB; empty when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            raw = f.read(4096)
+    except OSError:
+        return []
+    return [arg.decode(errors="replace") for arg in raw.split(b"\0")[:-1]]
+
+
+def namespace_pids(pid: int) -> list[int]:
+    """`pid` as each PID namespace it lives in sees it, outermost first (NSpid in
+    /proc/<pid>/status): one entry outside any PID namespace, empty when it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("NSpid:"):
+                    return [int(v) for v in line.split()[1:]]
+    except (OSError, ValueError):
+        pass
+    return []
+
+
+def children(pid: int) -> list[int] | None:
+    """Children of `pid` (zombies included), from /proc/<pid>/task/*/children: cheaper than a
+    scan of every process. None where the kernel does not list them (a scan is needed)."""
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return [] if os.path.isdir("/proc/self/task") else None
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                found += [int(child) for child in f.read().split()]
+        except FileNotFoundError:
+            if task == str(pid) and not os.path.exists(f"/proc/{pid}/task/{task}/stat"):
+                continue  # the thread ended while we looked
+            return None
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def is_zombie(pid: int) -> bool:
+    """Whether `pid` has exited and waits to be reaped (or is gone)."""
+    fields = stat_fields(pid)
+    return not fields or fields[0] in ("Z", "X")

@@ -1,15 +1,21 @@
 """The entry point of a rank process (forked from the forkserver, which preloads this module).
 
-One job per process: isolate (own process group, die with the forkserver, capped file sizes),
-capture stdout/stderr into a file, arm faulthandler for the parent's SIGUSR1, join the process
-group through a FileStore, install the communication log, run the rank function, and write
-either a plain-data result or a JSON error description. Never anything else.
+One job per process: isolate (own process group, a user of its own when the sandbox gives one,
+not dumpable, die with the forkserver, capped file sizes), capture stdout/stderr into a file in
+its own folder, arm faulthandler for the parent's SIGUSR1, join the process group through a
+FileStore, install the communication log, run the rank function, and write either a plain-data
+result or a JSON error description. Never anything else.
+
+The rank function and the arguments arrive inside the job, through the forkserver's pipe: they
+are never written to disk, and a rank is not dumpable, so a peer can read neither its files nor
+its memory.
 """
 
 from __future__ import annotations
 
 import ctypes
 import faulthandler
+import io
 import json
 import os
 import pickle
@@ -33,6 +39,9 @@ from harness.errors import ForbiddenCallError
 from harness.impl import ImplSpec
 
 MAX_ERROR_CHARS = 20_000
+_PR_SET_PDEATHSIG = 1
+_PR_SET_DUMPABLE = 4
+_PR_SET_NO_NEW_PRIVS = 38
 
 
 @dataclass(frozen=True)
@@ -42,7 +51,8 @@ class RankJob:
     rank: int
     world_size: int
     backend: str
-    workdir: str
+    workdir: str  # this rank's own folder (0700): its log, stack dump, result or error
+    store_path: str  # the launch's rendezvous FileStore, the one file the ranks share
     impl: ImplSpec
     fn_qualname: str
     seed: int
@@ -51,7 +61,11 @@ class RankJob:
     max_result_bytes: int
     max_file_bytes: int  # RLIMIT_FSIZE, in every rank
     max_processes: int | None  # RLIMIT_NPROC where ranks run as a user of their own (sandbox)
-    has_rank_args: bool
+    fn_bytes: bytes = field(default=b"", repr=False)  # the rank function, pickled by the parent
+    args_bytes: bytes = field(default=b"", repr=False)  # torch.save of (args, kwargs)
+    rank_args_bytes: bytes | None = field(default=None, repr=False)  # this rank's own, or None
+    uid: int | None = None  # the user this rank becomes (sandbox as root: one per rank)
+    private_memory: bool = False  # not dumpable: where the parent can still read /proc/<pid>/io
     env: dict[str, str] = field(default_factory=dict)
     threads: int = 1  # torch intra-op threads; selfcheck's margin runs also try 2
 
@@ -61,9 +75,18 @@ class RankJob:
 
 def _isolate(job: RankJob) -> None:
     os.setpgid(0, 0)  # our own process group: the parent can kill what we start
+    if job.uid is not None:  # the forkserver keeps only CAP_SETUID/SETGID for this
+        os.setgroups([])
+        os.setresgid(job.uid, job.uid, job.uid)
+        os.setresuid(job.uid, job.uid, job.uid)  # from root to another user: no capability left
     if sys.platform.startswith("linux"):
-        try:  # die with the forkserver if it goes away
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        try:
+            prctl = ctypes.CDLL(None, use_errno=True).prctl
+            # After the change of user, which clears the death signal and resets dumpable.
+            prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # die with the forkserver
+            if job.private_memory:  # peers of the same user cannot read our memory
+                prctl(_PR_SET_DUMPABLE, 0)
+            prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
         except (OSError, AttributeError):
             pass
     limit = job.max_file_bytes
@@ -94,8 +117,7 @@ def _capture_output(job: RankJob) -> Any:
 
 
 def _load_rank_function(job: RankJob) -> Any:
-    with open(os.path.join(job.workdir, "fn.pkl"), "rb") as f:
-        return pickle.loads(f.read())  # written by the parent: the trusted direction
+    return pickle.loads(job.fn_bytes)  # made by the parent: the trusted direction
 
 
 def _seed_everything(seed: int) -> None:
@@ -117,7 +139,7 @@ def _run(job: RankJob) -> tuple[Any, CommLog]:
     if job.backend == "nccl":
         torch.cuda.set_device(job.rank)
         device = torch.device("cuda", job.rank)
-    store = dist.FileStore(os.path.join(job.workdir, "rendezvous.store"), job.world_size)
+    store = dist.FileStore(job.store_path, job.world_size)
     dist.init_process_group(job.backend, store=store, rank=job.rank, world_size=job.world_size,
                             timeout=timedelta(seconds=job.pg_timeout_s))
     log = CommLog(job.forbid)
@@ -126,9 +148,11 @@ def _run(job: RankJob) -> tuple[Any, CommLog]:
                       device=device, backend=job.backend, seed=job.seed, impl=job.impl.text,
                       _impl_spec=job.impl, _log=log)
     fn = _load_rank_function(job)
-    args, kwargs = torch.load(os.path.join(job.workdir, "args.pt"), weights_only=False)
-    if job.has_rank_args:
-        args = tuple(args) + tuple(torch.load(job.path("args.pt"), weights_only=False))
+    # Made by the parent (trusted direction); tensors stay ordinary, not shared memory.
+    args, kwargs = torch.load(io.BytesIO(job.args_bytes), weights_only=False)
+    if job.rank_args_bytes is not None:
+        args = tuple(args) + tuple(torch.load(io.BytesIO(job.rank_args_bytes),
+                                              weights_only=False))
     value = fn(ctx, *args, **kwargs)
     return value, log
 

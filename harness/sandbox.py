@@ -2,25 +2,29 @@
 
 `enable(SandboxConfig(...))`, called once before the first `launch` of a process, makes the
 forkserver (`harness.forkserver.use_wrapper`) — and so every rank forked from it — start
-through a small wrapper script that:
-- joins a memory- and pids-limited cgroup (v1 or v2) when the cgroup tree is writable;
-- drops to an unprivileged user (`nobody`) with `setpriv` when the grading process runs as root;
-- enters `bwrap`: a new network namespace with only loopback up (gloo still works), the whole
-  filesystem read-only, hidden paths covered by empty tmpfs (or /dev/null for files), a fresh
-  /tmp and home, and a cleared environment;
-- runs `python -I` (no sitecustomize, .pth from the user site, or PYTHON* variables).
+through a small wrapper script that enters `bwrap`:
+- a PID namespace of its own (the ranks see the forkserver and each other, no host process),
+  a network namespace with only loopback up (gloo still works), no shared IPC;
+- an allow-listed file system, read-only: the system's programs and libraries (/usr, /etc),
+  the interpreter and its packages, this checkout (its hidden suites, solutions unless under
+  test, and `.git` covered), the submission; a fresh /tmp and the session's work folder —
+  no home, no other checkout, no /proc of other processes;
+- a cleared environment, then `python -I` (no sitecustomize, .pth of the user site, PYTHON*).
+As root, the forkserver keeps only the capabilities to change user, and each rank becomes a
+user of its own (`RANK_UID_FIRST` and up) before any code under test runs: a rank cannot read or
+write its peers' folders, signal them or read their memory. The launcher ends every launch's
+processes together through a control group per launch (`harness.cgroups`: cgroup.kill or
+freezer, with `pids.max` and the memory limit per launch) when the cgroup tree is writable.
 Whatever cannot be set up is reported: `SandboxStatus.mode` is "full" or "degraded" with the
 reasons, and callers that demand the full sandbox (the trusted workflow) treat degraded as an
 error. Limits that need no privilege (file size, wall clock) are applied in every rank
-regardless, by `harness.rankmain`; ranks that run as a user of their own also cap that user's
-processes (`SandboxConfig.max_processes`, which reaches them in their job).
+regardless, by `harness.rankmain`.
 """
 
 from __future__ import annotations
 
 import atexit
 import os
-import shlex
 import shutil
 import subprocess
 import sys
@@ -28,10 +32,16 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import forkserver
+from harness import cgroups, forkserver
 from harness.impl import REPO_ROOT
 
-UNPRIVILEGED_UID = 65534  # nobody
+UNPRIVILEGED_UID = 65534  # nobody: the stand-in that checks another user can read the checkout
+# Rank r of a session runs as RANK_UID_FIRST + block * RANK_UIDS + r: users no host account
+# has, a block per grading process so that sessions side by side never share one.
+RANK_UID_FIRST = 200_000_000
+RANK_UIDS = forkserver.RANK_UIDS
+# What any Python needs from the host: programs, libraries, their configuration.
+SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 SAFE_ENV_KEYS = ("LANG", "LC_ALL", "TZ")
 RANK_PATH = "/usr/local/bin:/usr/bin:/bin"
 # Files and folders of CI runners that hold tokens, event payloads or step outputs.
@@ -82,57 +92,20 @@ def status() -> SandboxStatus:
     return _status or SandboxStatus(mode="off")
 
 
-def _default_hidden() -> list[str]:
-    paths = [os.path.expanduser("~"), "/root", "/home"]
-    for key in RUNNER_ENV_PATHS:
-        value = os.environ.get(key)
-        if value:
-            paths.append(value)
-    return paths
-
-
-def _cgroup_setup(name: str, config: SandboxConfig) -> tuple[list[str], list[str], list[str]]:
-    """Create limited cgroups; return (cgroup.procs files to join, applied, missing)."""
-    root = Path("/sys/fs/cgroup")
-    joins: list[str] = []
-    applied: list[str] = []
-    try:
-        if (root / "cgroup.controllers").exists():  # cgroup v2, unified
-            controllers = (root / "cgroup.controllers").read_text().split()
-            group = root / name
-            group.mkdir(exist_ok=True)
-            if "memory" in controllers:
-                (group / "memory.max").write_text(str(config.memory_bytes))
-                (group / "memory.swap.max").write_text("0") \
-                    if (group / "memory.swap.max").exists() else None
-                applied.append(f"memory ≤ {config.memory_bytes / 2**30:g} GiB (cgroup v2)")
-            if "pids" in controllers:
-                (group / "pids.max").write_text(str(config.max_processes))
-                applied.append(f"processes ≤ {config.max_processes} (cgroup v2)")
-            joins.append(str(group / "cgroup.procs"))
-        else:  # cgroup v1: one hierarchy per controller
-            memory, pids = root / "memory" / name, root / "pids" / name
-            if (root / "memory").is_dir():
-                memory.mkdir(exist_ok=True)
-                (memory / "memory.limit_in_bytes").write_text(str(config.memory_bytes))
-                joins.append(str(memory / "cgroup.procs"))
-                applied.append(f"memory ≤ {config.memory_bytes / 2**30:g} GiB (cgroup v1)")
-            if (root / "pids").is_dir():
-                pids.mkdir(exist_ok=True)
-                (pids / "pids.max").write_text(str(config.max_processes))
-                joins.append(str(pids / "cgroup.procs"))
-                applied.append(f"processes ≤ {config.max_processes} (cgroup v1)")
-    except OSError as exc:
-        return [], [], [f"no cgroup limits ({exc.strerror or exc}: memory is capped only by "
-                        "the machine)"]
-    missing = [] if joins else ["no cgroup limits (no writable cgroup tree)"]
-    return joins, applied, missing
+def _runner_files() -> list[str]:
+    """Files of CI runners that hold tokens, event payloads or step outputs."""
+    return [os.environ[key] for key in RUNNER_ENV_PATHS if os.environ.get(key)]
 
 
 def _required_paths() -> list[str]:
-    """What ranks need even inside a hidden folder: the course checkout and the interpreter."""
+    """What ranks need: the course checkout and the interpreter with its packages."""
     executable_dir = os.path.dirname(os.path.realpath(sys.executable))
-    return [str(REPO_ROOT), sys.prefix, sys.base_prefix, executable_dir]
+    paths = [str(REPO_ROOT), sys.prefix, sys.base_prefix, executable_dir]
+    return paths + [os.path.realpath(p) for p in paths if os.path.realpath(p) != p]
+
+
+def _inside(path: str, roots: list[str]) -> bool:
+    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
 
 
 def _hide(path: str) -> list[str]:
@@ -144,7 +117,10 @@ def _hide(path: str) -> list[str]:
 
 
 def _bind(path: str, *, writable: bool) -> list[str]:
-    """Bind `path` onto itself; folders bwrap creates on the way are made 0755, not 0700."""
+    """Bind `path` onto itself; folders bwrap creates on the way are made 0755, not 0700.
+    A symbolic link stays a link (to a target that must be bound too)."""
+    if os.path.islink(path):
+        return ["--symlink", os.readlink(path), path]
     args: list[str] = []
     for ancestor in reversed(Path(path).parents[:-1]):
         args += ["--perms", "0755", "--dir", str(ancestor)]
@@ -152,16 +128,25 @@ def _bind(path: str, *, writable: bool) -> list[str]:
 
 
 def _bwrap_args(config: SandboxConfig, base: str) -> list[str]:
-    """Order matters: hide broad folders, re-expose what ranks need, then hide the secrets."""
-    args = ["bwrap", "--die-with-parent", "--unshare-net", "--unshare-ipc", "--unshare-uts",
-            "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-    for path in sorted(set(_default_hidden())):
-        args += _hide(path)
-    for path in [*_required_paths(), *config.readable]:
-        if os.path.exists(path):
+    """Nothing of the host but what is bound here: the system, the interpreter, the checkout
+    and the submission (read-only), then the secrets inside those covered, then the work
+    folder (writable). Links among them (a venv that points elsewhere) are bound as links."""
+    args = ["bwrap", "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net",
+            "--unshare-ipc", "--unshare-uts", "--dev", "/dev", "--proc", "/proc",
+            "--tmpfs", "/tmp"]
+    allowed = [p for p in (*SYSTEM_PATHS, *_required_paths(), *config.readable)
+               if os.path.lexists(p)]
+    links = [p for p in allowed if os.path.islink(p)]
+    for path in sorted(set(allowed) - set(links), key=lambda p: (p.count("/"), p)):
+        if not _inside(path, [q for q in allowed if q != path and not os.path.islink(q)]):
             args += _bind(path, writable=False)
-    for path in sorted(set(config.hide)):
-        args += _hide(path)
+    for link in sorted(set(links)):
+        if not _inside(link, [q for q in allowed if q != link and not os.path.islink(q)]):
+            args += _bind(link, writable=False)
+    readable = [p for p in allowed if not os.path.islink(p)]
+    for path in sorted(set(config.hide) | set(_runner_files())):
+        if _inside(path, readable):
+            args += _hide(path)
     args += [*_bind(base, writable=True), "--chdir", base, "--clearenv"]
     env = {"PATH": RANK_PATH, "HOME": os.path.join(base, "home"), "TMPDIR": base,
            "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -186,6 +171,12 @@ def _probe(command: list[str]) -> str | None:
     return None
 
 
+def _rank_uid_base() -> int:
+    return RANK_UID_FIRST + (os.getpid() % 1_000_000) * RANK_UIDS
+
+
+
+
 def enable(config: SandboxConfig) -> SandboxStatus:
     """Sandbox every rank this process starts from now on. Returns what could be applied.
 
@@ -204,65 +195,78 @@ def enable(config: SandboxConfig) -> SandboxStatus:
     os.chmod(os.path.join(work, "home"), 0o1777)
     applied: list[str] = []
     missing: list[str] = []
-    joins, cg_applied, cg_missing = _cgroup_setup(f"mlsys-{os.getpid()}", config)
-    applied += cg_applied
-    missing += cg_missing
-    prefix: list[str] = []
+    controller = cgroups.Controller.detect(os.getpid(), max_processes=config.max_processes,
+                                           memory_bytes=config.memory_bytes)
+    if controller is None or not controller.can_kill:
+        missing.append("no control group per launch (needs root and a writable cgroup tree): "
+                       "survivors are found through the forkserver, memory is capped only by "
+                       "the machine")
+    else:
+        applied.append(f"a control group per launch, ended by {controller.can_kill}")
+        applied += controller.limits_applied()
     setpriv = shutil.which("setpriv")
-    if os.geteuid() == 0 and setpriv:  # dropped inside bwrap, after the mounts
-        prefix = [setpriv, f"--reuid={UNPRIVILEGED_UID}",
-                  f"--regid={UNPRIVILEGED_UID}", "--clear-groups", "--inh-caps=-all",
+    other_user: list[str] = []  # a stand-in for the ranks' users: can they read the checkout?
+    server: list[str] = []  # the forkserver: root, with only the capabilities to change user
+    if os.geteuid() == 0 and setpriv:
+        other_user = [setpriv, f"--reuid={UNPRIVILEGED_UID}", f"--regid={UNPRIVILEGED_UID}",
+                      "--clear-groups", "--inh-caps=-all", "--no-new-privs"]
+        server = [setpriv, "--inh-caps=-all", "--bounding-set=-all,+setuid,+setgid",
                   "--no-new-privs"]
     plain_env = ["env", "-i", f"PATH={RANK_PATH}", f"HOME={work}/home", "OMP_NUM_THREADS=1"]
     sandbox_cmd: list[str] | None = None
+    in_bwrap = False
     if shutil.which("bwrap") is None:
-        missing.append("no bwrap (apt install bubblewrap): no network namespace, "
-                       "hidden paths stay visible")
+        missing.append("no bwrap (apt install bubblewrap): no PID or network namespace, the "
+                       "whole file system visible")
     else:
-        candidate = [*_bwrap_args(config, work), "--", *prefix]
-        problem = _probe(candidate)
-        if problem is not None and prefix and _probe(candidate[:-len(prefix)]) is None:
-            # nobody cannot read the checkout (e.g. it sits in a 0700 folder): keep the rest.
-            candidate, prefix = candidate[:-len(prefix)], []
-            problem = None
-            missing.append("ranks run as root: the unprivileged user cannot read the checkout "
+        bwrap = [*_bwrap_args(config, work), "--"]
+        problem = _probe(bwrap)
+        if problem is None and server and (_probe([*bwrap, *other_user]) is not None
+                                           or _probe([*bwrap, *server]) is not None):
+            server = []
+            missing.append("ranks run as root: another user cannot read the checkout "
                            "(make every folder above it o+rx to fix this)")
         if problem is None:
-            sandbox_cmd = candidate
-            applied += ["network namespace (loopback only)", "read-only filesystem",
-                        "hidden: suites, solutions, home, runner files", "cleared environment"]
+            sandbox_cmd, in_bwrap = [*bwrap, *server], True
+            applied += ["PID namespace", "network namespace (loopback only)",
+                        "allow-listed read-only file system (no home, no other checkout; "
+                        "suites, solutions, .git covered)", "cleared environment"]
         else:
-            missing.append(f"bwrap failed ({problem}): no network namespace, hidden paths "
-                           "stay visible")
+            missing.append(f"bwrap failed ({problem}): no PID or network namespace, the whole "
+                           "file system visible")
+    folder_owner = None
     if sandbox_cmd is None:  # degraded: at least another user and a clean environment
-        sandbox_cmd = [*prefix, *plain_env] if prefix and _probe([*prefix, *plain_env]) is None \
-            else plain_env
+        # Not a root forkserver here: without a network namespace a rank could reach its
+        # socket and have it fork code as root. Forkserver and ranks run as nobody instead.
+        server = []
+        if other_user and _probe([*other_user, *plain_env]) is None:
+            sandbox_cmd, folder_owner = [*other_user, *plain_env], UNPRIVILEGED_UID
+            applied.append("ranks run as nobody (one user for all ranks)")
+        else:
+            sandbox_cmd = plain_env
+            if os.geteuid() == 0:
+                missing.append("ranks run as root (no setpriv, or nobody cannot run this "
+                               "Python)")
         applied.append("cleared environment")
-    own_user = bool(prefix) and prefix[0] in sandbox_cmd
-    if os.geteuid() != 0:
-        applied.append("same user as the grading process (not root)")
-    elif own_user:
-        applied.append("separate unprivileged user (nobody)")
-    elif not any(m.startswith("ranks run as root") for m in missing):
-        missing.append("ranks run as root (no setpriv, or nobody cannot run this Python)")
+    uid_base = _rank_uid_base() if server else None
+    if uid_base is not None:
+        applied.append(f"a user of its own per rank (uid {uid_base} + rank: private folders, "
+                       "no signals or memory across ranks)")
+    elif os.geteuid() != 0:
+        applied.append("folders 0700, ranks not dumpable (the grading process's user, not "
+                       "root)" if in_bwrap else "folders 0700 (the grading process's user, "
+                       "not root)")
+    elif in_bwrap and not any(m.startswith("ranks run as root") for m in missing):
+        missing.append("ranks run as root (no setpriv)")
     applied.append("python -I")
     mode = "full" if not missing else "degraded"
     status_ = SandboxStatus(mode=mode, applied=tuple(applied), missing=tuple(missing),
                             workdir_base=work)
-    joins_lines = [f"echo $$ > {shlex.quote(j)} 2>/dev/null || true" for j in joins]
     forkserver.use_wrapper(forkserver.Wrapper(
-        command=tuple(sandbox_cmd), setup_lines=tuple(joins_lines), workdir_base=work,
-        max_processes=config.max_processes if own_user else None))
+        command=tuple(sandbox_cmd), workdir_base=work,
+        max_processes=config.max_processes,
+        rank_uid_base=uid_base, folder_owner=folder_owner, memory_bytes=config.memory_bytes,
+        private_memory=os.geteuid() == 0 or in_bwrap))
     _status = status_
-    atexit.register(_cleanup, base, joins)
+    atexit.register(shutil.rmtree, base, ignore_errors=True)
     return status_
-
-
-def _cleanup(base: str, cgroup_procs: list[str]) -> None:
-    """Best effort at exit: the work folder, and the cgroups once their processes are gone."""
-    shutil.rmtree(base, ignore_errors=True)
-    for procs in cgroup_procs:
-        try:
-            os.rmdir(os.path.dirname(procs))
-        except OSError:
-            pass

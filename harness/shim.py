@@ -6,8 +6,14 @@ Python 3.11's forkserver would otherwise fail to import the harness, silently, a
 would pay for importing torch itself.
 """
 
+import ctypes
 import os
 import sys
+
+try:  # orphans of ranks (double fork, setsid) are reparented to us: the launcher finds them
+    ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+except (OSError, AttributeError):
+    pass
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:

@@ -23,6 +23,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,13 +63,17 @@ class Case:
     # Grade with `--screen off`, to prove the defence behind the screen on its own (the screen
     # is a first line, not a proof); otherwise the case is graded as a pull request would be.
     behind_screen: bool = False
+    # Put a second copy of the course (its solutions) in a fresh folder outside the checkout
+    # while the case is graded, as an instructor's other checkout or a cache would be.
+    plant_checkout: bool = False
 
     @classmethod
     def load(cls, folder: Path) -> Case:
         data = tomllib.loads((folder / "case.toml").read_text())
         unknown = set(data) - {"attack", "select", "score", "suite", "reason", "marker",
                                "needs_full_sandbox", "not_in_summary", "not_in_reports",
-                               "secret", "max_parent_mb", "screen", "behind_screen"}
+                               "secret", "max_parent_mb", "screen", "behind_screen",
+                               "plant_checkout"}
         if unknown or not {"attack", "select", "score"} <= set(data):
             raise ValueError(f"{folder}/case.toml: needs attack, select, score; unknown keys "
                              f"{sorted(unknown)}")
@@ -82,7 +88,8 @@ class Case:
                    not_in_reports=tuple(data.get("not_in_reports", ())),
                    max_parent_mb=int(data.get("max_parent_mb", 0)),
                    screen=str(data.get("screen", "")),
-                   behind_screen=bool(data.get("behind_screen", False)))
+                   behind_screen=bool(data.get("behind_screen", False)),
+                   plant_checkout=bool(data.get("plant_checkout", False)))
 
 
 @dataclass
@@ -120,6 +127,34 @@ def _materialise(case: Case, workdir: Path) -> Path:
     for path in [submission, *submission.rglob("*")]:
         os.chmod(path, 0o755 if path.is_dir() else 0o644)
     return submission
+
+
+PLANT_PLACES = ("/var/tmp", str(REPO_ROOT.parent))
+
+
+@contextmanager
+def _planted_checkout(wanted: bool) -> Iterator[Path | None]:
+    """A copy of the course's solutions in a fresh folder of /var/tmp (or beside the checkout),
+    readable by anyone, for the duration of the block; None when not `wanted`."""
+    if not wanted:
+        yield None
+        return
+    for place in PLANT_PLACES:
+        try:
+            folder = Path(tempfile.mkdtemp(prefix="mlsys-planted-", dir=place))
+            break
+        except OSError:
+            continue
+    else:
+        raise RuntimeError(f"cannot plant a second checkout in any of {PLANT_PLACES}")
+    try:
+        copy = folder / "course"
+        shutil.copytree(REPO_ROOT / "solutions" / ASSIGNMENT, copy / "solutions" / ASSIGNMENT)
+        for path in [folder, *folder.rglob("*")]:
+            os.chmod(path, 0o755 if path.is_dir() else 0o644)
+        yield copy
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _become_subreaper() -> None:
@@ -177,7 +212,8 @@ def run_case(case: Case, *, sandbox: str = "on") -> CaseResult:
     result = CaseResult(case=case)
     if case.marker:
         Path(case.marker).unlink(missing_ok=True)
-    with tempfile.TemporaryDirectory(prefix="mlsys-adversarial-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="mlsys-adversarial-") as tmp, \
+            _planted_checkout(case.plant_checkout):
         workdir = Path(tmp)
         submission = _materialise(case, workdir)
         suites = REPO_ROOT / "grader" / "suites"

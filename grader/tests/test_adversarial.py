@@ -18,8 +18,9 @@ CASES = adversarial.cases()
 # (shared references, stride-0 views, deep nesting) from issue 27; 26-28: attacks on the
 # instruments the static screen stops (sys._getframe, getattr to a closure, __import__ ctypes);
 # 29: a reason built from a stack walk into the hidden rank function, 30: hostile Markdown in a
-# reason (issue 27).
-REQUIRED = {f"{n:02d}" for n in range(31)}
+# reason (issue 27); 31-33: containment (issue 27): peers' inputs, a setsid daemon, a second
+# checkout planted outside this one.
+REQUIRED = {f"{n:02d}" for n in range(34)}
 
 
 def test_the_corpus_covers_every_listed_attack():

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from harness import sandbox
+
 PROBE = Path(__file__).with_name("sandbox_probe.py")
 
 
@@ -58,8 +60,30 @@ def test_hidden_paths_internet_and_writes_are_out_of_reach(report):
         assert not any(v for p, v in visible.items() if not p.endswith("harness")), visible
         assert visible[next(p for p in visible if p.endswith("harness"))]
         assert rank["internet"] is False and rank["repo_writable"] is False
-        if os.geteuid() == 0:
-            assert rank["uid"] == 65534
+        if os.geteuid() == 0:  # a user of its own per rank, no host account's
+            assert rank["uid"] >= sandbox.RANK_UID_FIRST
+    if os.geteuid() == 0:
+        assert len({rank["uid"] for rank in report["ranks"]}) == len(report["ranks"])
+
+
+def test_no_other_checkout_home_or_host_process_is_visible(report):
+    if report["status"]["mode"] != "full":
+        pytest.skip(f"not checked here: {report['status']['summary']}")
+    for rank in report["ranks"]:
+        assert rank["planted_visible"] is False, "a second copy of the course is visible"
+        # bwrap's init, the forkserver and the two ranks of this launch
+        assert rank["processes"] <= 4, f"{rank['processes']} processes visible"
+
+
+def test_ranks_cannot_open_each_others_folders(report):
+    if not any("user of its own" in item for item in report["status"]["applied"]):
+        pytest.skip(f"ranks share a user here: {report['status']['summary']}")
+    assert [rank["peer_folder"] for rank in report["ranks"]] == ["closed", "closed"]
+
+
+def test_a_daemon_fails_the_launch_and_does_not_survive(report):
+    assert report["daemon"].startswith("SurvivorError"), report["daemon"]
+    assert report["daemon_alive"] == []
 
 
 def test_memory_is_capped(report):
