@@ -54,11 +54,16 @@ def probe(ctx, paths, planted):
 
 
 def setsid_daemon(ctx):
-    if ctx.rank == 0 and os.fork() == 0:
-        os.setsid()
-        if os.fork() == 0:
-            time.sleep(120)
-        os._exit(0)
+    """Rank 0 leaves a grandchild in a session of its own, and returns only once it exists (so
+    the rank's end cannot kill it before it escapes)."""
+    if ctx.rank == 0:
+        child = os.fork()
+        if child == 0:
+            os.setsid()
+            if os.fork() == 0:
+                time.sleep(120)
+            os._exit(0)
+        os.waitpid(child, 0)
     return ctx.rank
 
 
