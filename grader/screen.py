@@ -29,6 +29,9 @@ Rules (`RULES`), each a set of dotted names resolved through the module's own im
     no-files             open(), pathlib, shutil, tempfile, os file operations
     no-environment       os.environ, os.getenv, ...
     no-course-internals  grader.*, solutions.*, harness.* other than harness.graphs
+    kernel-wrappers      in a module that imports triton: torch names other than allocation,
+                         dtypes and device queries; numpy; reading tensor data into Python
+                         (.tolist(), .numpy(), .data_ptr(), storages, .apply_(), ...)
     syntax               the module does not parse
 
 An assignment may allow names or whole rules in the manifest: `screen_allow = ["os.environ"]`
@@ -57,6 +60,7 @@ RULES: dict[str, str] = {
     "no-files": "every input comes as an argument; no solution reads or writes files",
     "no-environment": "no solution reads the environment",
     "no-course-internals": "a submission may use torch and the documented helpers only",
+    "kernel-wrappers": "a kernel wrapper only allocates, views, copies and launches kernels",
     "syntax": "the module does not parse",
 }
 
@@ -205,6 +209,10 @@ def screen_source(source: str, file: str, allow: Sequence[str] = ()) -> list[Fin
         return [Finding(file, exc.lineno or 0, "syntax", f"does not parse ({exc.msg})")]
     visitor = _Screen(file, tuple(allow))
     visitor.visit(tree)
+    if visitor.imports_triton and not _allowed("kernel-wrappers", "kernel-wrappers", allow):
+        wrappers = _KernelWrappers(file, visitor.aliases)
+        wrappers.visit(tree)
+        visitor.findings += wrappers.findings
     unique = {(f.line, f.rule, f.what): f for f in visitor.findings}
     return sorted(unique.values(), key=lambda f: (f.line, f.rule, f.what))
 
@@ -229,6 +237,7 @@ class _Screen(ast.NodeVisitor):
         self.findings: list[Finding] = []
         self.aliases: dict[str, str] = {}  # local name -> dotted name it was imported as
         self.rebound: set[str] = set()  # builtin names the module defines itself
+        self.imports_triton = False
 
     def add(self, node: ast.AST, rule: str, what: str, name: str) -> None:
         if not _allowed(name, rule, self.allow):
@@ -270,6 +279,7 @@ class _Screen(ast.NodeVisitor):
                 self.add(node, rule, f"imports {dotted}", dotted)
 
     def _check_module(self, node: ast.AST, dotted: str, what: str) -> bool:
+        self.imports_triton |= dotted == "triton" or dotted.startswith("triton.")
         found = _module_rule(dotted)
         if found is None:
             return False
@@ -342,6 +352,88 @@ class _Screen(ast.NodeVisitor):
         self.generic_visit(node)
 
     visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
+
+
+# -- kernel-wrappers: the parent-side half of harness.compute_guard ------------------------------
+# torch names a Triton wrapper may use: allocation, dtypes, devices and metadata. Every other
+# torch name computes (torch.exp), or leaves the compute guard's sight (torch.from_numpy,
+# torch.jit.fork on another thread, torch.utils._python_dispatch, torch.compile).
+_WRAPPER_TORCH = frozenset({
+    "Tensor", "Size", "dtype", "device", "Generator", "empty", "empty_like", "empty_strided",
+    "zeros", "zeros_like", "ones", "ones_like", "full", "full_like", "arange", "is_tensor",
+    "is_floating_point", "is_complex", "finfo", "iinfo", "get_default_dtype", "promote_types",
+    "result_type", "broadcast_shapes", "no_grad", "inference_mode", "float16", "half",
+    "bfloat16", "float32", "float", "float64", "double", "int8", "uint8", "int16", "short",
+    "int32", "int", "int64", "long", "bool", "float8_e4m3fn", "float8_e5m2",
+    "cuda.is_available", "cuda.current_device", "cuda.device_count", "cuda.device",
+    "cuda.get_device_capability", "cuda.get_device_properties", "cuda.synchronize",
+    "cuda.set_device", "cuda.current_stream", "cuda.Stream",
+})
+# Attributes that hand tensor data to Python, or run Python per element, with no operator the
+# compute guard could see; and autograd, which may run work where the guard does not look.
+_DATA_ESCAPES = frozenset({
+    "tolist", "numpy", "data_ptr", "untyped_storage", "storage", "_storage", "__array__",
+    "__array_interface__", "__array_priority__", "__dlpack__", "__cuda_array_interface__",
+    "apply_", "map_", "map2_", "backward", "register_hook", "share_memory_",
+})
+
+
+class _KernelWrappers(ast.NodeVisitor):
+    """The `kernel-wrappers` rule over a module that imports triton (see the module docstring).
+
+    Kernels (functions decorated from the triton package) are read too: under the interpreter
+    a kernel body is plain Python, so numpy or torch there would compute outside Triton."""
+
+    def __init__(self, file: str, aliases: dict[str, str]) -> None:
+        self.file = file
+        self.aliases = aliases
+        self.findings: list[Finding] = []
+
+    def add(self, node: ast.AST, what: str) -> None:
+        self.findings.append(Finding(self.file, getattr(node, "lineno", 0), "kernel-wrappers",
+                                     what))
+
+    def _dotted(self, node: ast.expr) -> str | None:
+        parts: list[str] = []
+        while isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        if not isinstance(node, ast.Name) or node.id not in self.aliases:
+            return None
+        return ".".join([self.aliases[node.id], *reversed(parts)])
+
+    def _check(self, node: ast.AST, dotted: str, what: str) -> None:
+        if dotted == "numpy" or dotted.startswith("numpy."):
+            self.add(node, f"{what} {dotted} (numpy computes outside any kernel)")
+        elif dotted.startswith("torch.") and dotted[len("torch."):] not in _WRAPPER_TORCH:
+            self.add(node, f"{what} {dotted}, which is not allocation or metadata")
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            if alias.name != "torch":
+                self._check(node, alias.name, "imports")
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        if node.level:
+            return
+        for alias in node.names:
+            self._check(node, f"{node.module}.{alias.name}", "imports")
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        dotted = self._dotted(node)
+        if dotted is not None and (dotted.startswith(("torch.", "numpy.")) or dotted == "numpy"):
+            self._check(node, dotted, "uses")
+            return  # reported once, at the longest name of the chain
+        if node.attr in _DATA_ESCAPES:
+            self.add(node, f"uses .{node.attr}, which reads tensor data outside any kernel")
+        self.generic_visit(node)
+
+    def visit_Name(self, node: ast.Name) -> None:
+        dotted = self.aliases.get(node.id)
+        if dotted is not None and dotted != "torch":
+            self._check(node, dotted, "uses")
+        elif node.id == "memoryview":
+            self.add(node, "uses memoryview, which reads tensor data outside any kernel")
 
 
 # -- which files an implementation under test is made of -----------------------------------------
