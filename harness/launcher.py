@@ -26,6 +26,7 @@ from harness.errors import ForbiddenCallError, PayloadError
 from harness.forkserver import configure, mp_context, preload
 from harness.impl import ImplSpec, resolve_impl
 from harness.rankmain import RankJob, rank_entry
+from harness.sidecar import SidecarSet, WireRecord, check_against_wire, forbidden_on_wire
 
 __all__ = ["LaunchResult", "configure", "launch", "mp_context", "preload", "resolve_backend",
            "set_rank_threads"]
@@ -58,6 +59,8 @@ class LaunchResult:
     wall_s: float
     backend: str
     written_bytes: list[int | None]
+    transport: str = "in-rank"
+    wire: list[list[WireRecord]] | None = None  # what the sidecars carried ("sidecar" only)
 
     @property
     def world_size(self) -> int:
@@ -73,6 +76,8 @@ class LaunchResult:
         written = self.written_bytes[rank]
         if written is None:
             return None
+        if self.transport == "sidecar":  # the traffic went through a socket, not write(2)
+            return written
         sent = sum(r.bytes for r in self.comm[rank] if r.op in ("send", "isend"))
         return written - sent
 
@@ -91,13 +96,21 @@ def launch(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] =
            kwargs: dict[str, Any] | None = None, rank_args: Sequence[Sequence[Any]] | None = None,
            impl: str | ImplSpec = "assignments", backend: str = "auto", timeout: float = 30.0,
            forbid: Forbid | None = None, seed: int = 0, env: dict[str, str] | None = None,
-           max_result_bytes: int = payload.DEFAULT_MAX_BYTES) -> LaunchResult:
+           max_result_bytes: int = payload.DEFAULT_MAX_BYTES,
+           transport: str = "in-rank") -> LaunchResult:
     """Run `fn(ctx, *args, *rank_args[r], **kwargs)` on `world_size` fresh rank processes.
 
     Returns a LaunchResult. Raises (in this process): NotImplementedInRank, RankFailure,
     ForbiddenCallError, RankExit, RankTimeout, PayloadError — see harness.errors. Raises
     ValueError for bad arguments (a nested function, a bad --impl, rank_args of wrong length).
+
+    `transport="sidecar"` (gloo only; NCCL keeps the in-rank path): each rank's traffic is
+    carried and logged by a sidecar process outside the rank (harness/sidecar.py); the launch
+    then also raises ForbiddenCallError for a forbidden operation on the wire and
+    WireMismatchError when a rank's log disagrees with what was carried.
     """
+    if transport not in ("in-rank", "sidecar"):
+        raise ValueError(f"transport must be 'in-rank' or 'sidecar', not {transport!r}")
     if not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be a positive int, not {world_size!r}")
     if rank_args is not None and len(rank_args) != world_size:
@@ -108,12 +121,15 @@ def launch(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] =
     qualname = fn.__qualname__
     spec = impl if isinstance(impl, ImplSpec) else resolve_impl(impl)
     chosen_backend = resolve_backend(backend, world_size)
+    if chosen_backend != "gloo":
+        transport = "in-rank"
     mp_context()  # starts the forkserver on the first launch of this process
     wrapper = forkserver.wrapper()  # the sandbox, if any: fixed once the forkserver runs
     workdir = tempfile.mkdtemp(prefix="mlsys-launch-", dir=forkserver.workdir_base())
     if forkserver.workdir_base():
         os.chmod(workdir, 0o777)  # ranks run as another user inside the sandbox
     procs: list[Any] = []
+    sidecars: SidecarSet | None = None
     started = time.monotonic()
     try:
         torch.save((tuple(args), dict(kwargs or {})), os.path.join(workdir, "args.pt"))
@@ -125,18 +141,24 @@ def launch(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] =
                         max_file_bytes=MAX_FILE_BYTES,
                         max_processes=wrapper.max_processes if wrapper else None,
                         has_rank_args=rank_args is not None,
-                        env={**forkserver.rank_env(), **(env or {})}, threads=_rank_threads)
+                        env={**forkserver.rank_env(), **(env or {})}, threads=_rank_threads,
+                        transport=transport)
                 for r in range(world_size)]
         if rank_args is not None:
             for job, extra in zip(jobs, rank_args):
                 torch.save(tuple(extra), job.path("args.pt"))
         for job in jobs:
             procs.append(forkserver.start_process(rank_entry, (job,), f"mlsys-rank{job.rank}"))
+        if transport == "sidecar":
+            sidecars = SidecarSet.start(workdir, [proc.pid for proc in procs], timeout + 30.0)
         written = _watch(procs, jobs, started + timeout, timeout, qualname,
                          limited=wrapper is not None)
         results = [payload.load(job.path("result.pt"), max_result_bytes,
                                 who=f"rank {job.rank} of {world_size}") for job in jobs]
+        wire = sidecars.records() if sidecars is not None else None
     finally:
+        if sidecars is not None:
+            sidecars.stop()
         for proc in procs:
             if proc.pid is not None:
                 proctree.kill_tree(proc.pid)
@@ -161,8 +183,27 @@ def launch(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] =
                 f"rank {r} of {world_size} called torch.distributed.{bad[0].op}, which this "
                 f"assignment forbids ({rule}); the call was caught inside the rank, but it "
                 f"still counts", rank=r)
+    if wire is not None:
+        _judge_wire(wire, comm, forbid)
     return LaunchResult(values=values, comm=comm, wall_s=time.monotonic() - started,
-                        backend=chosen_backend, written_bytes=written)
+                        backend=chosen_backend, written_bytes=written, transport=transport,
+                        wire=wire)
+
+
+def _judge_wire(wire: list[list[WireRecord]], comm: list[list[CommRecord]],
+                forbid: Forbid | None) -> None:
+    """The verdicts the sidecars' logs decide: forbidden operations, then a log that lies."""
+    world_size = len(wire)
+    if forbid is not None:
+        for r, records in enumerate(wire):
+            bad = forbidden_on_wire(records, forbid.forbids)
+            if bad is not None:
+                raise ForbiddenCallError(
+                    f"rank {r} of {world_size} ran a {bad.kind} on the wire, which this "
+                    f"assignment forbids ({forbid.rule}); seen by the harness outside the rank",
+                    rank=r)
+    for r, records in enumerate(wire):
+        check_against_wire(r, comm[r], records)
 
 
 def _finish_rank(job: RankJob, pid: int) -> int | None:

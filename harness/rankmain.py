@@ -54,6 +54,7 @@ class RankJob:
     has_rank_args: bool
     env: dict[str, str] = field(default_factory=dict)
     threads: int = 1  # torch intra-op threads; selfcheck's margin runs also try 2
+    transport: str = "in-rank"  # or "sidecar": harness/sidecar.py carries the traffic
 
     def path(self, suffix: str) -> str:
         return os.path.join(self.workdir, f"rank{self.rank}.{suffix}")
@@ -118,7 +119,13 @@ def _run(job: RankJob) -> tuple[Any, CommLog]:
         torch.cuda.set_device(job.rank)
         device = torch.device("cuda", job.rank)
     store = dist.FileStore(os.path.join(job.workdir, "rendezvous.store"), job.world_size)
-    dist.init_process_group(job.backend, store=store, rank=job.rank, world_size=job.world_size,
+    backend = job.backend
+    if job.transport == "sidecar":
+        from harness import sidecar
+
+        sidecar.connect_rank(sidecar.socket_path(job.workdir, job.rank))
+        backend = sidecar.BACKEND
+    dist.init_process_group(backend, store=store, rank=job.rank, world_size=job.world_size,
                             timeout=timedelta(seconds=job.pg_timeout_s))
     log = CommLog(job.forbid)
     log.install()
