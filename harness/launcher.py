@@ -219,9 +219,11 @@ def _finish_rank(job: RankJob, pid: int) -> int | None:
     own_files = 0
     for suffix in ("log", "result.pt", "stack", "error.json"):
         try:
-            own_files += os.path.getsize(job.path(suffix))
+            info = os.stat(job.path(suffix))
         except OSError:
-            pass
+            continue
+        # Bytes on disk, not the apparent size: a sparse truncate grows the size for free.
+        own_files += min(info.st_size, info.st_blocks * 512)
     return max(0, written - own_files)
 
 
