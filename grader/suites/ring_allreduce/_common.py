@@ -33,6 +33,9 @@ SEND_OPS = ("send", "isend")
 P2P_ONLY = Forbid(allow_only=P2P_APIS, rule=(
     "ring_allreduce allows only point-to-point calls (send, recv, isend, irecv, "
     "batch_isend_irecv); build the collective from them"))
+# Every multi-rank launch of this suite sends its traffic through per-rank sidecars outside the
+# rank (harness/sidecar.py): forbidden collectives and a forged log are judged there.
+TRANSPORT = "sidecar"
 SHIFT_ONLY = Forbid(allow_only=frozenset({"send", "recv"}), rule=(
     "ring_shift uses only blocking dist.send and dist.recv; order them so nothing deadlocks"))
 

@@ -18,6 +18,7 @@ from grader.suites.ring_allreduce._common import (
     HANG_TIMEOUT_S,
     SHIFT_ONLY,
     SUBGROUP_HANG,
+    TRANSPORT,
     Case,
     blocking_deadlock,
     case_results,
@@ -62,7 +63,7 @@ def shifts(launch):
         group_list = [g for g in groups if g]
         result = (subgroup_memo if key == "subgroups" else memo).get(key, lambda: launch(
             run_cases, world_size, args=(group_list,), rank_args=rank_args(cases, world_size),
-            forbid=SHIFT_ONLY, timeout=HANG_TIMEOUT_S))
+            forbid=SHIFT_ONLY, transport=TRANSPORT, timeout=HANG_TIMEOUT_S))
         return cases, result
 
     return run
@@ -109,6 +110,7 @@ def test_ring_shift_large_message_odd_world(launch):
     world_size, numel = 5, 1 << 20
     try:
         result = launch(shift_large, world_size, args=(numel,), forbid=SHIFT_ONLY,
+                        transport=TRANSPORT,
                         timeout=HANG_TIMEOUT_S)
     except RankTimeout as exc:
         raise AssertionError(

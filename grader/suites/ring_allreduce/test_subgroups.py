@@ -13,6 +13,7 @@ from grader.seeds import seeded_generator
 from grader.suites.ring_allreduce._common import (
     P2P_ONLY,
     TIMEOUT_S,
+    TRANSPORT,
     Case,
     case_results,
     check_all,
@@ -66,7 +67,7 @@ def subgroups(launch):
     def run():
         return cases, memo.get("subgroups", lambda: launch(
             run_cases, WORLD_SIZE, args=(GROUPS,), rank_args=rank_args(cases, WORLD_SIZE),
-            forbid=P2P_ONLY, timeout=TIMEOUT_S))
+            forbid=P2P_ONLY, transport=TRANSPORT, timeout=TIMEOUT_S))
 
     return run
 

@@ -18,6 +18,7 @@ from grader.suites.ring_allreduce._common import (
     OPS,
     P2P_ONLY,
     TIMEOUT_S,
+    TRANSPORT,
     Case,
     case_results,
     check_all,
@@ -90,7 +91,7 @@ def sweep(launch):
         cases = build_cases(world_size)
         result = memo.get(world_size, lambda: launch(
             run_cases, world_size, args=([],), rank_args=rank_args(cases, world_size),
-            forbid=P2P_ONLY, timeout=memo.timeout(TIMEOUT_S)))
+            forbid=P2P_ONLY, transport=TRANSPORT, timeout=memo.timeout(TIMEOUT_S)))
         return cases, result
 
     return run
