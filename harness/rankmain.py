@@ -110,6 +110,19 @@ def _seed_everything(seed: int) -> None:
         pass
 
 
+_CLONE_NEWUSER, _CLONE_NEWNET = 0x10000000, 0x40000000
+
+
+def _leave_the_network() -> bool:
+    """A network namespace of this rank's own, with nothing in it (not even loopback up): no
+    socket to another rank. Needs root, or unprivileged user namespaces; False where neither
+    works (the rank then shares the sandbox's loopback with the other ranks)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.unshare(_CLONE_NEWNET) == 0 or libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNET) == 0
+
+
 def _run(job: RankJob) -> tuple[Any, CommLog]:
     os.environ.update(job.env)
     torch.set_num_threads(job.threads)
@@ -124,6 +137,7 @@ def _run(job: RankJob) -> tuple[Any, CommLog]:
         from harness import sidecar
 
         sidecar.connect_rank(sidecar.socket_path(job.workdir, job.rank))
+        _leave_the_network()
         backend = sidecar.BACKEND
     dist.init_process_group(backend, store=store, rank=job.rank, world_size=job.world_size,
                             timeout=timedelta(seconds=job.pg_timeout_s))

@@ -110,3 +110,28 @@ def test_a_forged_rank_log_does_not_match_the_wire():
 def test_transport_is_checked():
     with pytest.raises(ValueError, match="transport"):
         launch(rank_forged_log, 1, transport="pigeon")
+
+
+def rank_opens_a_socket(ctx):
+    """After joining, try to reach another rank over TCP loopback."""
+    import socket
+
+    s = socket.socket()
+    s.settimeout(2)
+    try:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        client = socket.create_connection(s.getsockname(), timeout=2)
+        client.close()
+        return "connected"
+    except OSError as exc:
+        return type(exc).__name__
+    finally:
+        s.close()
+
+
+def test_a_sidecar_rank_has_no_network():
+    in_rank = launch(rank_opens_a_socket, 1, backend="gloo", transport="in-rank").values[0]
+    sidecar = launch(rank_opens_a_socket, 1, backend="gloo", transport="sidecar").values[0]
+    assert in_rank == "connected"
+    assert sidecar != "connected", "a sidecar rank could still use loopback"
