@@ -61,13 +61,15 @@ class Case:
     # Grade with `--screen off`, to prove the defence behind the screen on its own (the screen
     # is a first line, not a proof); otherwise the case is graded as a pull request would be.
     behind_screen: bool = False
+    assignment: str = ASSIGNMENT  # the assignment graded (the honest ring is for ring_allreduce)
 
     @classmethod
     def load(cls, folder: Path) -> Case:
         data = tomllib.loads((folder / "case.toml").read_text())
         unknown = set(data) - {"attack", "select", "score", "suite", "reason", "marker",
                                "needs_full_sandbox", "not_in_summary", "not_in_reports",
-                               "secret", "max_parent_mb", "screen", "behind_screen"}
+                               "secret", "max_parent_mb", "screen", "behind_screen",
+                                 "assignment"}
         if unknown or not {"attack", "select", "score"} <= set(data):
             raise ValueError(f"{folder}/case.toml: needs attack, select, score; unknown keys "
                              f"{sorted(unknown)}")
@@ -82,7 +84,8 @@ class Case:
                    not_in_reports=tuple(data.get("not_in_reports", ())),
                    max_parent_mb=int(data.get("max_parent_mb", 0)),
                    screen=str(data.get("screen", "")),
-                   behind_screen=bool(data.get("behind_screen", False)))
+                   behind_screen=bool(data.get("behind_screen", False)),
+                   assignment=str(data.get("assignment", ASSIGNMENT)))
 
 
 @dataclass
@@ -115,7 +118,8 @@ def _materialise(case: Case, workdir: Path) -> Path:
     """Copy the submission and drop the honest ring beside it as ring_allreduce/_honest.py."""
     submission = workdir / "submission"
     shutil.copytree(case.folder / "submission", submission)
-    shutil.copy(CORPUS / "honest_ring.py", submission / ASSIGNMENT / "_honest.py")
+    if case.assignment == ASSIGNMENT:
+        shutil.copy(CORPUS / "honest_ring.py", submission / ASSIGNMENT / "_honest.py")
     os.chmod(workdir, 0o755)
     for path in [submission, *submission.rglob("*")]:
         os.chmod(path, 0o755 if path.is_dir() else 0o644)
@@ -187,7 +191,7 @@ def run_case(case: Case, *, sandbox: str = "on") -> CaseResult:
         out = workdir / "out"
         env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
         env.update({key: CANARY for key in CANARY_ENV})
-        command = [sys.executable, "-m", "grader", "grade", ASSIGNMENT, "--impl",
+        command = [sys.executable, "-m", "grader", "grade", case.assignment, "--impl",
                    str(submission), "--suites", str(suites), "--out", str(out), "-n", "0",
                    "--sandbox", sandbox, "--select", case.select]
         if case.behind_screen:
@@ -221,8 +225,9 @@ def screen_problems(case: Case, submission: Path) -> list[str]:
     from grader.manifest import load_manifest
     from grader.screen import screen
 
-    assignment = load_manifest().get(ASSIGNMENT)
-    verdict = screen("dir", submission, ASSIGNMENT, assignment.modules + assignment.extra_editable,
+    assignment = load_manifest().get(case.assignment)
+    verdict = screen("dir", submission, case.assignment,
+                     assignment.modules + assignment.extra_editable,
                      assignment.screen_allow, REPO_ROOT)
     rules = {f.rule for f in verdict.findings}
     if case.screen and case.screen not in rules:
