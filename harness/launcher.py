@@ -199,7 +199,7 @@ def _judge_wire(wire: list[list[WireRecord]], comm: list[list[CommRecord]],
             bad = forbidden_on_wire(records, forbid.forbids)
             if bad is not None:
                 raise ForbiddenCallError(
-                    f"rank {r} of {world_size} ran a {bad.kind} on the wire, which this "
+                    f"rank {r} of {world_size} ran {bad.kind} on the wire, which this "
                     f"assignment forbids ({forbid.rule}); seen by the harness outside the rank",
                     rank=r)
     for r, records in enumerate(wire):

@@ -81,7 +81,7 @@ def rank_hidden_all_reduce(ctx):
 
 
 def test_a_collective_hidden_from_the_rank_log_is_forbidden_on_the_wire():
-    with pytest.raises(ForbiddenCallError, match="allreduce on the wire"):
+    with pytest.raises(ForbiddenCallError, match="ran allreduce on the wire"):
         launch(rank_hidden_all_reduce, 2, backend="gloo", transport="sidecar",
                forbid=P2P_ONLY, timeout=60)
     launch(rank_hidden_all_reduce, 2, backend="gloo", transport="in-rank", forbid=P2P_ONLY,
