@@ -465,6 +465,9 @@ def _server_main() -> None:
             try:
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                 os.setpgid(0, 0)
+                quiet = os.open(os.devnull, os.O_RDWR)  # the server's stdout answers the parent
+                for fd in (0, 1, 2):
+                    os.dup2(quiet, fd)
                 serve(spec)
             except BaseException:  # noqa: BLE001
                 status = 1
@@ -479,7 +482,9 @@ class SidecarServer:
 
     def __init__(self) -> None:
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+        # Sidecars run no code under test, but need no secret either: a minimal environment.
+        env = {k: os.environ[k] for k in ("PATH", "LANG", "LC_ALL", "TZ", "GLOO_SOCKET_IFNAME")
+               if k in os.environ}
         env.update({"OMP_NUM_THREADS": "1", "PYTHONPATH": root})
         if os.path.isdir("/sys/class/net/lo"):
             env.setdefault("GLOO_SOCKET_IFNAME", "lo")
