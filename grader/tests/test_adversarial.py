@@ -18,8 +18,10 @@ CASES = adversarial.cases()
 # (shared references, stride-0 views, deep nesting) from issue 27; 26-28: attacks on the
 # instruments the static screen stops (sys._getframe, getattr to a closure, __import__ ctypes);
 # 29: a reason built from a stack walk into the hidden rank function, 30: hostile Markdown in a
-# reason (issue 27).
-REQUIRED = {f"{n:02d}" for n in range(31)}
+# reason (issue 27); 31-35: attacks on the instruments graded behind the screen (issue 20: a
+# collective hidden from the log, deleted log records, Triton-named torch wrappers, raw loopback
+# sockets, own files grown by a sparse truncate).
+REQUIRED = {f"{n:02d}" for n in range(36)}
 
 
 def test_the_corpus_covers_every_listed_attack():
