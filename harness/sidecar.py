@@ -43,6 +43,14 @@ BACKEND = "mlsys-sidecar"
 _HEADER = struct.Struct("!II")  # json length, payload length
 _REDUCE_OPS = ("SUM", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "AVG")
 CONNECT_TIMEOUT_S = 60.0
+# The sidecar runs outside the sandbox and reads what the rank sends: every frame is capped
+# before anything is allocated, and dtypes come from a fixed table, never from getattr.
+MAX_HEADER_BYTES = 1 << 20
+MAX_PAYLOAD_BYTES = 256 * 1024 * 1024  # the rank's own file-size cap (launcher.MAX_FILE_BYTES)
+MAX_PENDING = 256  # operations posted and not yet waited for
+DTYPES = {str(d).removeprefix("torch."): d for d in (
+    torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.uint8, torch.int8,
+    torch.int16, torch.int32, torch.int64, torch.bool, torch.complex64, torch.complex128)}
 
 
 class WireMismatchError(RuntimeError):
@@ -90,7 +98,11 @@ def _recv_exact(sock: socket.socket, size: int) -> bytearray:
 
 def _recv_frame(sock: socket.socket) -> tuple[dict[str, Any], bytearray]:
     json_len, payload_len = _HEADER.unpack(_recv_exact(sock, _HEADER.size))
+    if json_len > MAX_HEADER_BYTES or payload_len > MAX_PAYLOAD_BYTES:
+        raise ConnectionError(f"frame of {json_len} + {payload_len} bytes is over the caps")
     header = json.loads(_recv_exact(sock, json_len).decode())
+    if not isinstance(header, dict):
+        raise ConnectionError("a frame's header must be a JSON object")
     return header, _recv_exact(sock, payload_len)
 
 
@@ -104,11 +116,32 @@ def _describe(tensors: Iterable[torch.Tensor]) -> list[dict[str, Any]]:
             for t in tensors]
 
 
-def _tensors_from(specs: list[dict[str, Any]], payload: bytearray) -> list[torch.Tensor]:
-    out, offset = [], 0
+def _checked(specs: Any) -> list[tuple[list[int], torch.dtype]]:
+    """(shape, dtype) of each tensor description (they come from the rank): known dtypes only,
+    and all of them together within the payload cap, checked before anything is allocated."""
+    if not isinstance(specs, list) or len(specs) > 1024:
+        raise ValueError("an operation takes a list of at most 1024 tensors")
+    out, total = [], 0
     for spec in specs:
-        dtype = getattr(torch, spec["dtype"])
-        t = torch.zeros(spec["shape"], dtype=dtype)
+        dtype = DTYPES.get(str(spec.get("dtype"))) if isinstance(spec, dict) else None
+        shape = spec.get("shape") if isinstance(spec, dict) else None
+        if dtype is None or not isinstance(shape, list) or len(shape) > 16 or \
+                not all(isinstance(n, int) and 0 <= n < 2**40 for n in shape):
+            raise ValueError(f"bad tensor description {str(spec)[:200]}")
+        numel = 1
+        for n in shape:
+            numel *= n
+        total += numel * dtype.itemsize
+        out.append((shape, dtype))
+    if total > MAX_PAYLOAD_BYTES:
+        raise ValueError(f"{total} bytes in one operation is over the sidecar's cap")
+    return out
+
+
+def _tensors_from(specs: Any, payload: bytearray) -> list[torch.Tensor]:
+    out, offset = [], 0
+    for shape, dtype in _checked(specs):
+        t = torch.zeros(shape, dtype=dtype)
         n = t.numel() * t.element_size()
         if n and len(payload) >= offset + n:  # a recv sends shapes only
             t.view(-1).view(torch.uint8).copy_(
@@ -316,7 +349,8 @@ class _Sidecar:
         self.store = dist.FileStore(spec.store_path, spec.world_size)
         self.timeout = timedelta(seconds=spec.timeout_s)
         self.groups: dict[str, tuple[Any, tuple[int, ...]]] = {}
-        self.works: dict[int, tuple[Any, list[torch.Tensor]]] = {}
+        self.works: dict[int, tuple[Any, list[torch.Tensor]]] = {}  # posted, not waited for
+        self.recv_ids: dict[int, bool] = {}
         self.records: list[WireRecord] = []
 
     def _group(self, header: dict[str, Any]) -> tuple[Any, tuple[int, ...]]:
@@ -344,9 +378,13 @@ class _Sidecar:
             self.groups[str(header["gid"])] = (pg, ranks)
             return {}, []
         if op == "wait":
-            work, targets = self.works.pop(int(header["id"]))
+            work, tensors = self.works.pop(int(header["id"]))
             work.wait()
-            return {}, targets
+            return {}, tensors if self.recv_ids.pop(int(header["id"]), False) else []
+        pending = sum(t.nbytes for _, held in self.works.values() for t in held)
+        if len(self.works) >= MAX_PENDING or pending > MAX_PAYLOAD_BYTES:
+            raise ValueError(f"{len(self.works)} operations ({pending} bytes) posted and not "
+                             "waited for: wait for some first")
         pg, ranks = self._group(header)
         tensors = _tensors_from(header.get("tensors", []), payload)
         if op in ("send", "recv"):
@@ -356,11 +394,15 @@ class _Sidecar:
                 work = pg.send(tensors, local, int(header["tag"]))
             else:
                 work = pg.recv(tensors, local, int(header["tag"]))
-            self.works[int(header["id"])] = (work, tensors if op == "recv" else [])
+                self.recv_ids[int(header["id"])] = True
+            self.works[int(header["id"])] = (work, tensors)
             return {}, []
-        outputs = [torch.empty(s["shape"], dtype=getattr(torch, s["dtype"]))
-                   for s in header.get("outputs", [])]
-        reduce = getattr(dist.ReduceOp, header.get("reduce", "SUM"))
+        outputs = [torch.empty(shape, dtype=dtype)
+                   for shape, dtype in _checked(header.get("outputs", []))]
+        reduce_name = str(header.get("reduce", "SUM"))
+        if reduce_name not in _REDUCE_OPS:
+            raise ValueError(f"unknown reduce op {reduce_name[:50]!r}")
+        reduce = getattr(dist.ReduceOp, reduce_name)
         if op == "allreduce":
             self._log(header, op, ranks, tensors)
             pg.allreduce(tensors, _opts(dist.AllreduceOptions(), reduceOp=reduce)).wait()

@@ -135,3 +135,16 @@ def test_a_sidecar_rank_has_no_network():
     sidecar = launch(rank_opens_a_socket, 1, backend="gloo", transport="sidecar").values[0]
     assert in_rank == "connected"
     assert sidecar != "connected", "a sidecar rank could still use loopback"
+
+
+def test_the_sidecar_refuses_frames_and_tensors_over_its_caps():
+    from harness import sidecar
+
+    with pytest.raises(ValueError, match="bad tensor description"):
+        sidecar._checked([{"shape": [2], "dtype": "load"}])
+    with pytest.raises(ValueError, match="over the sidecar's cap"):
+        sidecar._checked([{"shape": [2**20, 2**20], "dtype": "float32"}])
+    with pytest.raises(ValueError, match="at most 1024"):
+        sidecar._checked([{"shape": [1], "dtype": "float32"}] * 2000)
+    assert sidecar._checked([{"shape": [2, 3], "dtype": "bfloat16"}]) == [([2, 3],
+                                                                           torch.bfloat16)]
