@@ -29,8 +29,9 @@ compiles with a file name inside triton's folder is not among them. Kernel launc
 that both are still in place, and records a violation if the code under test replaced them.
 
 This is an in-rank instrument, a first line: code under test shares its address space. The
-parent-side half is the static screen's `kernel-wrappers` rule, which the ways of computing that no operator shows (`.tolist()`, `.numpy()`, numpy, torch names
-other than allocation and metadata). docs/trust.md says what stays out of reach.
+parent-side half is the static screen's `kernel-wrappers` rule, which rejects the ways of
+computing that no operator shows (`.tolist()`, `.numpy()`, numpy, torch names other than
+allocation and metadata). docs/trust.md says what stays out of reach.
 
 The guard is for one thread; the rank runs the wrapper on its main thread.
 """
