@@ -570,8 +570,9 @@ class SidecarSet:
             rank_pid=pid, timeout_s=timeout_s)) for r, pid in enumerate(rank_pids)]
         return cls(folder=folder, pids=pids, world_size=world_size)
 
-    def records(self, wait_s: float = 5.0) -> list[list[WireRecord]]:
-        """Each rank's wire log; waits (up to `wait_s`) for sidecars to write it."""
+    def records(self, wait_s: float = 60.0) -> list[list[WireRecord]]:
+        """Each rank's wire log; waits (up to `wait_s`: loaded graders are slow) for sidecars
+        to write it after their rank ended."""
         deadline = time.monotonic() + wait_s
         out: list[list[WireRecord]] = []
         for r in range(self.world_size):
