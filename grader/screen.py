@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.screen_files import Source, screen_mutant, sources
+from grader.screen_kernels import kernel_wrapper_findings
 from grader.screen_rules import (
     ATTRIBUTE_FUNCTIONS,
     ATTRIBUTES,
@@ -93,6 +94,9 @@ def screen_source(source: str, file: str, allow: Sequence[str] = ()) -> list[Fin
         return [Finding(file, exc.lineno or 0, "syntax", f"does not parse ({exc.msg})")]
     visitor = _Screen(file, tuple(allow))
     visitor.visit(tree)
+    if visitor.imports_triton and not allowed("kernel-wrappers", "kernel-wrappers", allow):
+        visitor.findings += [Finding(file, line, "kernel-wrappers", what)
+                             for line, what in kernel_wrapper_findings(tree, visitor.aliases)]
     unique = {(f.line, f.rule, f.what): f for f in visitor.findings}
     return sorted(unique.values(), key=lambda f: (f.line, f.rule, f.what))
 
@@ -104,6 +108,7 @@ class _Screen(ast.NodeVisitor):
         self.findings: list[Finding] = []
         self.aliases: dict[str, str] = {}  # local name -> dotted name it was imported as
         self.rebound: set[str] = set()  # builtin names the module defines itself
+        self.imports_triton = False
 
     def add(self, node: ast.AST, rule: str, what: str, name: str) -> None:
         if not allowed(name, rule, self.allow):
@@ -144,6 +149,7 @@ class _Screen(ast.NodeVisitor):
                 self.add(node, rule, f"imports {dotted}", dotted)
 
     def _check_module(self, node: ast.AST, dotted: str, what: str) -> bool:
+        self.imports_triton |= dotted == "triton" or dotted.startswith("triton.")
         found = module_rule(dotted)
         if found is None:
             return False

@@ -15,6 +15,10 @@ Rules (`RULES`), each a set of dotted names resolved through the module's own im
     no-files             open(), pathlib, shutil, tempfile, os file operations
     no-environment       os.environ, os.getenv, ...
     no-course-internals  grader.*, solutions.*, harness.* other than harness.graphs
+    kernel-wrappers      in a module that imports triton: torch names other than allocation,
+                         dtypes and device queries; numpy; reading tensor data into Python
+                         (.tolist(), .numpy(), .data_ptr(), storages, .apply_(), ...);
+                         grader/screen_kernels.py
     syntax               the module does not parse
 
 An assignment may allow names or whole rules in the manifest: `screen_allow = ["os.environ"]`
@@ -43,6 +47,7 @@ RULES: dict[str, str] = {
     "no-files": "every input comes as an argument; no solution reads or writes files",
     "no-environment": "no solution reads the environment",
     "no-course-internals": "a submission may use torch and the documented helpers only",
+    "kernel-wrappers": "a kernel wrapper only allocates, views, copies and launches kernels",
     "syntax": "the module does not parse",
 }
 

@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
+from harness import sidecar
 from harness.errors import ForbiddenCallError
 
 
@@ -163,6 +164,7 @@ class CommLog:
     # -- public -----------------------------------------------------------------------------
     def mark(self, label: str) -> None:
         self.records.append(CommRecord(op="mark", label=str(label)))
+        sidecar.mark(label)  # labels the sidecar's wire records too (diagnostics)
 
     def install(self) -> None:
         for name, spec in OP_SPECS.items():

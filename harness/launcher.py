@@ -33,6 +33,7 @@ from harness.errors import ForbiddenCallError, PayloadError, SurvivorError
 from harness.forkserver import configure, mp_context, preload
 from harness.impl import ImplSpec, resolve_impl
 from harness.rankmain import RankJob, rank_entry
+from harness.sidecar import SidecarSet, WireRecord, check_against_wire, forbidden_on_wire
 
 __all__ = ["LaunchResult", "configure", "launch", "mp_context", "preload", "resolve_backend",
            "set_rank_threads"]
@@ -65,6 +66,8 @@ class LaunchResult:
     wall_s: float
     backend: str
     written_bytes: list[int | None]
+    transport: str = "in-rank"
+    wire: list[list[WireRecord]] | None = None  # what the sidecars carried ("sidecar" only)
 
     @property
     def world_size(self) -> int:
@@ -80,6 +83,8 @@ class LaunchResult:
         written = self.written_bytes[rank]
         if written is None:
             return None
+        if self.transport == "sidecar":  # the traffic went through a socket, not write(2)
+            return written
         sent = sum(r.bytes for r in self.comm[rank] if r.op in ("send", "isend"))
         return written - sent
 
@@ -98,13 +103,21 @@ def launch(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] =
            kwargs: dict[str, Any] | None = None, rank_args: Sequence[Sequence[Any]] | None = None,
            impl: str | ImplSpec = "assignments", backend: str = "auto", timeout: float = 30.0,
            forbid: Forbid | None = None, seed: int = 0, env: dict[str, str] | None = None,
-           max_result_bytes: int = payload.DEFAULT_MAX_BYTES) -> LaunchResult:
+           max_result_bytes: int = payload.DEFAULT_MAX_BYTES,
+           transport: str = "in-rank") -> LaunchResult:
     """Run `fn(ctx, *args, *rank_args[r], **kwargs)` on `world_size` fresh rank processes.
 
     Returns a LaunchResult. Raises (in this process): NotImplementedInRank, RankFailure,
     ForbiddenCallError, RankExit, RankTimeout, PayloadError — see harness.errors. Raises
     ValueError for bad arguments (a nested function, a bad --impl, rank_args of wrong length).
+
+    `transport="sidecar"` (gloo only; NCCL keeps the in-rank path): each rank's traffic is
+    carried and logged by a sidecar process outside the rank (harness/sidecar.py); the launch
+    then also raises ForbiddenCallError for a forbidden operation on the wire and
+    WireMismatchError when a rank's log disagrees with what was carried.
     """
+    if transport not in ("in-rank", "sidecar"):
+        raise ValueError(f"transport must be 'in-rank' or 'sidecar', not {transport!r}")
     if not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be a positive int, not {world_size!r}")
     if rank_args is not None and len(rank_args) != world_size:
@@ -118,6 +131,8 @@ def launch(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] =
     args_bytes = _saved((tuple(args), dict(kwargs or {})))
     own_args = [None if rank_args is None else _saved(tuple(rank_args[r]))
                 for r in range(world_size)]
+    if chosen_backend != "gloo":
+        transport = "in-rank"
     mp_context()  # starts the forkserver on the first launch of this process
     wrapper = forkserver.wrapper()  # the sandbox, if any: fixed once the forkserver runs
     uids = [None if wrapper is None or wrapper.rank_uid_base is None
@@ -129,6 +144,7 @@ def launch(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] =
               for uid in uids]
     workdir, store_path = _make_folders(owners, forkserver.workdir_base())
     procs: list[Any] = []
+    sidecars: SidecarSet | None = None
     started = time.monotonic()
     group = _new_launch_group(world_size)
     failed = True
@@ -141,15 +157,22 @@ def launch(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] =
                         max_processes=_process_limit(wrapper, group),
                         fn_bytes=fn_bytes, args_bytes=args_bytes, rank_args_bytes=own_args[r],
                         uid=uids[r], private_memory=bool(wrapper and wrapper.private_memory),
-                        env={**forkserver.rank_env(), **(env or {})}, threads=_rank_threads)
+                        env={**forkserver.rank_env(), **(env or {})}, threads=_rank_threads,
+                        transport=transport)
                 for r in range(world_size)]
         _start(procs, jobs, group)
+        if transport == "sidecar":
+            sidecars = SidecarSet.start([job.workdir for job in jobs],
+                                        [proc.pid for proc in procs], timeout + 30.0)
         written = _watch(procs, jobs, started + timeout, timeout, qualname,
                          limited=wrapper is not None, group=group)
         results = [payload.load(job.path("result.pt"), max_result_bytes,
                                 who=f"rank {job.rank} of {world_size}") for job in jobs]
+        wire = sidecars.records() if sidecars is not None else None
         failed = False
     finally:
+        if sidecars is not None:
+            sidecars.stop()
         if group is not None and failed:
             group.kill()  # everything at once: a tree walk is slow against a fork bomb
         for proc in procs:
@@ -181,8 +204,27 @@ def launch(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] =
                 f"rank {r} of {world_size} called torch.distributed.{bad[0].op}, which this "
                 f"assignment forbids ({rule}); the call was caught inside the rank, but it "
                 f"still counts", rank=r)
+    if wire is not None:
+        _judge_wire(wire, comm, forbid)
     return LaunchResult(values=values, comm=comm, wall_s=time.monotonic() - started,
-                        backend=chosen_backend, written_bytes=written)
+                        backend=chosen_backend, written_bytes=written, transport=transport,
+                        wire=wire)
+
+
+def _judge_wire(wire: list[list[WireRecord]], comm: list[list[CommRecord]],
+                forbid: Forbid | None) -> None:
+    """The verdicts the sidecars' logs decide: forbidden operations, then a log that lies."""
+    world_size = len(wire)
+    if forbid is not None:
+        for r, records in enumerate(wire):
+            bad = forbidden_on_wire(records, forbid.forbids)
+            if bad is not None:
+                raise ForbiddenCallError(
+                    f"rank {r} of {world_size} ran {bad.kind} on the wire, which this "
+                    f"assignment forbids ({forbid.rule}); seen by the harness outside the rank",
+                    rank=r)
+    for r, records in enumerate(wire):
+        check_against_wire(r, comm[r], records)
 
 
 _lock = threading.Lock()
@@ -314,9 +356,11 @@ def _finish_rank(job: RankJob, pid: int) -> int | None:
     own_files = 0
     for suffix in ("log", "result.pt", "stack", "error.json"):
         try:
-            own_files += os.path.getsize(job.path(suffix))
+            info = os.stat(job.path(suffix))
         except OSError:
-            pass
+            continue
+        # Bytes on disk, not the apparent size: a sparse truncate grows the size for free.
+        own_files += min(info.st_size, info.st_blocks * 512)
     return max(0, written - own_files)
 
 

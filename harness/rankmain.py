@@ -68,6 +68,7 @@ class RankJob:
     private_memory: bool = False  # not dumpable: where the parent can still read /proc/<pid>/io
     env: dict[str, str] = field(default_factory=dict)
     threads: int = 1  # torch intra-op threads; selfcheck's margin runs also try 2
+    transport: str = "in-rank"  # or "sidecar": harness/sidecar.py carries the traffic
 
     def path(self, suffix: str) -> str:
         return os.path.join(self.workdir, f"rank{self.rank}.{suffix}")
@@ -131,6 +132,19 @@ def _seed_everything(seed: int) -> None:
         pass
 
 
+_CLONE_NEWUSER, _CLONE_NEWNET = 0x10000000, 0x40000000
+
+
+def _leave_the_network() -> bool:
+    """A network namespace of this rank's own, with nothing in it (not even loopback up): no
+    socket to another rank. Needs root, or unprivileged user namespaces; False where neither
+    works (the rank then shares the sandbox's loopback with the other ranks)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.unshare(_CLONE_NEWNET) == 0 or libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNET) == 0
+
+
 def _run(job: RankJob) -> tuple[Any, CommLog]:
     os.environ.update(job.env)
     torch.set_num_threads(job.threads)
@@ -140,7 +154,14 @@ def _run(job: RankJob) -> tuple[Any, CommLog]:
         torch.cuda.set_device(job.rank)
         device = torch.device("cuda", job.rank)
     store = dist.FileStore(job.store_path, job.world_size)
-    dist.init_process_group(job.backend, store=store, rank=job.rank, world_size=job.world_size,
+    backend = job.backend
+    if job.transport == "sidecar":
+        from harness import sidecar
+
+        sidecar.connect_rank(sidecar.socket_path(job.workdir, job.rank))
+        _leave_the_network()
+        backend = sidecar.BACKEND
+    dist.init_process_group(backend, store=store, rank=job.rank, world_size=job.world_size,
                             timeout=timedelta(seconds=job.pg_timeout_s))
     log = CommLog(job.forbid)
     log.install()

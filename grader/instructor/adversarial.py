@@ -66,6 +66,7 @@ class Case:
     # Put a second copy of the course (its solutions) in a fresh folder outside the checkout
     # while the case is graded, as an instructor's other checkout or a cache would be.
     plant_checkout: bool = False
+    assignment: str = ASSIGNMENT  # the assignment graded (the honest ring is for ring_allreduce)
 
     @classmethod
     def load(cls, folder: Path) -> Case:
@@ -73,7 +74,7 @@ class Case:
         unknown = set(data) - {"attack", "select", "score", "suite", "reason", "marker",
                                "needs_full_sandbox", "not_in_summary", "not_in_reports",
                                "secret", "max_parent_mb", "screen", "behind_screen",
-                               "plant_checkout"}
+                               "plant_checkout", "assignment"}
         if unknown or not {"attack", "select", "score"} <= set(data):
             raise ValueError(f"{folder}/case.toml: needs attack, select, score; unknown keys "
                              f"{sorted(unknown)}")
@@ -89,7 +90,8 @@ class Case:
                    max_parent_mb=int(data.get("max_parent_mb", 0)),
                    screen=str(data.get("screen", "")),
                    behind_screen=bool(data.get("behind_screen", False)),
-                   plant_checkout=bool(data.get("plant_checkout", False)))
+                   plant_checkout=bool(data.get("plant_checkout", False)),
+                   assignment=str(data.get("assignment", ASSIGNMENT)))
 
 
 @dataclass
@@ -122,7 +124,8 @@ def _materialise(case: Case, workdir: Path) -> Path:
     """Copy the submission and drop the honest ring beside it as ring_allreduce/_honest.py."""
     submission = workdir / "submission"
     shutil.copytree(case.folder / "submission", submission)
-    shutil.copy(CORPUS / "honest_ring.py", submission / ASSIGNMENT / "_honest.py")
+    if case.assignment == ASSIGNMENT:
+        shutil.copy(CORPUS / "honest_ring.py", submission / ASSIGNMENT / "_honest.py")
     os.chmod(workdir, 0o755)
     for path in [submission, *submission.rglob("*")]:
         os.chmod(path, 0o755 if path.is_dir() else 0o644)
@@ -223,7 +226,7 @@ def run_case(case: Case, *, sandbox: str = "on") -> CaseResult:
         out = workdir / "out"
         env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
         env.update({key: CANARY for key in CANARY_ENV})
-        command = [sys.executable, "-m", "grader", "grade", ASSIGNMENT, "--impl",
+        command = [sys.executable, "-m", "grader", "grade", case.assignment, "--impl",
                    str(submission), "--suites", str(suites), "--out", str(out), "-n", "0",
                    "--sandbox", sandbox, "--select", case.select]
         if case.behind_screen:
@@ -257,8 +260,9 @@ def screen_problems(case: Case, submission: Path) -> list[str]:
     from grader.manifest import load_manifest
     from grader.screen import screen
 
-    assignment = load_manifest().get(ASSIGNMENT)
-    verdict = screen("dir", submission, ASSIGNMENT, assignment.modules + assignment.extra_editable,
+    assignment = load_manifest().get(case.assignment)
+    verdict = screen("dir", submission, case.assignment,
+                     assignment.modules + assignment.extra_editable,
                      assignment.screen_allow, REPO_ROOT)
     rules = {f.rule for f in verdict.findings}
     if case.screen and case.screen not in rules:

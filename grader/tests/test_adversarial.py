@@ -19,8 +19,10 @@ CASES = adversarial.cases()
 # instruments the static screen stops (sys._getframe, getattr to a closure, __import__ ctypes);
 # 29: a reason built from a stack walk into the hidden rank function, 30: hostile Markdown in a
 # reason (issue 27); 31-33: containment (issue 27): peers' inputs, a setsid daemon, a second
-# checkout planted outside this one.
-REQUIRED = {f"{n:02d}" for n in range(34)}
+# checkout planted outside this one; 34-38: attacks on the instruments graded behind the screen
+# (issue 20: a collective hidden from the log, deleted log records, Triton-named torch wrappers,
+# raw loopback sockets, own files grown by a sparse truncate).
+REQUIRED = {f"{n:02d}" for n in range(39)}
 
 
 def test_the_corpus_covers_every_listed_attack():

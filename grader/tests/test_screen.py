@@ -122,6 +122,36 @@ def test_ordinary_code_passes(source):
     assert screen_source(source, "ring.py") == []
 
 
+_KERNELS = "import torch\nimport triton\nimport triton.language as tl\n"
+
+
+@pytest.mark.parametrize(("source", "what"), [
+    ("def f(x):\n    return torch.softmax(x, -1)", "torch.softmax"),
+    ("import torch.nn.functional as F\ndef f(x):\n    return F.softmax(x, -1)",
+     "torch.nn.functional"),
+    ("import numpy as np\ndef f(x):\n    return np.exp(x)", "numpy"),
+    ("def f(x):\n    return torch.tensor([v * 2 for v in x.tolist()])", ".tolist"),
+    ("def f(x):\n    return torch.from_numpy(x.numpy())", "torch.from_numpy"),
+    ("from torch.utils._python_dispatch import _disable_current_modes",
+     "torch.utils._python_dispatch"),
+    ("def f(x):\n    return torch.jit.fork(torch.exp, x)", "torch.jit.fork"),
+    ("def f(x):\n    return x.clone().apply_(lambda v: v * 2)", ".apply_"),
+])
+def test_kernel_wrappers_rule_catches_compute_the_guard_cannot_see(source, what):
+    findings = screen_source(_KERNELS + source, "kernels.py")
+    assert [f.rule for f in findings] and {f.rule for f in findings} == {"kernel-wrappers"}
+    assert any(what in f.what for f in findings), findings
+
+
+def test_kernel_wrappers_rule_applies_only_where_triton_is_imported_and_can_be_allowed():
+    source = "import torch\ndef f(x):\n    return torch.softmax(x, -1).tolist()"
+    assert screen_source(source, "zero.py") == []
+    assert screen_source(_KERNELS + source, "kernels.py", allow=["kernel-wrappers"]) == []
+    wrapper = ("def f(x):\n    y = torch.empty_like(x, dtype=torch.float32)\n"
+               "    n = int(x.shape[0])\n    return y.view(n, -1).t().contiguous()")
+    assert screen_source(_KERNELS + wrapper, "kernels.py") == []
+
+
 def test_a_finding_names_the_file_the_line_and_the_rule():
     (finding,) = screen_source("import torch\n\n\nx = eval('1')\n", "ring.py")
     assert (finding.file, finding.line, finding.rule) == ("ring.py", 4, "no-dynamic-code")

@@ -6,12 +6,15 @@ import multiprocessing.forkserver
 import multiprocessing.resource_tracker
 import os
 
-from harness import proctree
+from harness import proctree, sidecar
 
 
 def infrastructure_pids() -> set[int]:
-    """The forkserver and resource tracker: long-lived by design, shared by all calls."""
+    """The forkserver, the resource tracker and the sidecar server: long-lived by design,
+    shared by all calls."""
     pids = set()
+    if sidecar._server is not None and sidecar._server.proc.poll() is None:
+        pids.add(sidecar._server.proc.pid)
     for obj, attr in ((multiprocessing.forkserver._forkserver, "_forkserver_pid"),
                       (multiprocessing.resource_tracker._resource_tracker, "_pid")):
         pid = getattr(obj, attr, None)

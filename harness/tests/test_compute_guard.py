@@ -10,6 +10,7 @@ import torch
 from harness import launch
 from harness.compute_guard import (
     _TRITON_DIR,
+    TRITON_CODE,
     ComputeGuard,
     ComputeViolation,
     ForbiddenComputeError,
@@ -108,16 +109,59 @@ def test_extra_allowed_ops():
 
 
 @pytest.mark.skipif(_TRITON_DIR is None, reason="triton is not installed")
-def test_triton_internals_are_allowed_but_code_they_call_back_is_not():
-    # A function whose code claims to live in triton's package, as the interpreter's does.
+def test_code_named_after_triton_is_not_triton():
+    # A function whose code claims to live in triton's package: a name the submission chose.
     namespace: dict = {}
-    code = compile("def internal(x, callback):\n    y = x * 2\n    return callback(y)\n",
-                   os.path.join(_TRITON_DIR, "runtime", "fake_internal.py"), "exec")
+    code = compile("def internal(x):\n    return (x * 2).exp()\n",
+                   os.path.join(_TRITON_DIR, "runtime", "interpreter.py"), "exec")
     exec(code, namespace)  # noqa: S102 - a constant snippet
     with ComputeGuard("wrapper", strict=False) as guard:
-        namespace["internal"](torch.randn(3), lambda y: y.exp())
-    assert "mul" in guard.triton_ops
-    assert _ops(guard) == ["aten.exp"], "the callback's exp runs in this file, not in triton"
+        namespace["internal"](torch.randn(3))
+    assert guard.triton_ops == set()
+    assert _ops(guard) == ["aten.mul", "aten.exp"]
+    assert guard.violations[0].where == "interpreter.py:2 in internal"
+
+
+@pytest.mark.skipif(_TRITON_DIR is None, reason="triton is not installed")
+def test_triton_code_is_known_by_identity():
+    from triton.runtime.interpreter import GridExecutor
+
+    assert TRITON_CODE[id(GridExecutor._init_args_hst.__code__)] is \
+        GridExecutor._init_args_hst.__code__
+    assert id(test_triton_code_is_known_by_identity.__code__) not in TRITON_CODE
+
+
+def test_reading_float_data_into_python_is_flagged():
+    x = torch.randn(4)
+    lengths = torch.tensor([3, 9], dtype=torch.int32)
+    with ComputeGuard("wrapper", strict=False) as guard:
+        int(lengths.max()), lengths[0].item()
+        [float(v) for v in x]
+    assert _ops(guard) == ["aten._local_scalar_dense"] * 4
+
+
+def test_integers_made_from_float_data_stay_float_data():
+    x = torch.randn(4, 4)
+    with ComputeGuard("wrapper", strict=False) as guard:
+        fixed = x.to(torch.int64)  # a copy: allowed, but the result is tainted
+        fixed + 1
+        x.view(torch.int32) >> 1
+        fixed.max()
+    assert _ops(guard) == ["aten.add", "aten.__rshift__", "aten.max"]
+    assert guard.violations[0].dtype == "int64"
+
+
+@pytest.mark.skipif(_TRITON_DIR is None, reason="triton is not installed")
+def test_a_replaced_launch_path_is_a_violation():
+    from triton.runtime.jit import JITFunction
+
+    real = vars(JITFunction)["run"]
+    try:
+        with ComputeGuard("wrapper", strict=False) as guard:
+            JITFunction.run = lambda self, *a, **k: None  # type: ignore[method-assign]
+    finally:
+        JITFunction.run = real  # type: ignore[method-assign]
+    assert _ops(guard) == ["triton launch path replaced"]
 
 
 # -- through the harness, with Triton's interpreter in a rank ----------------------------------
@@ -159,7 +203,8 @@ def rank_guarded_triton(ctx):
     return {"interpret": os.environ.get("TRITON_INTERPRET"),
             "interpreted": type(scale_and_exp).__name__, "exp_error": (y - (x * 0.5).exp())
             .abs().max(), "dot_error": (c - a @ b).abs().max(), "violations": len(
-                guard.violations), "triton_ops": sorted(guard.triton_ops), "fallback": fallback}
+                guard.violations), "triton_ops": sorted(guard.triton_ops), "fallback": fallback,
+            "launches": guard.launches}
 
 
 @pytest.mark.skipif(_TRITON_DIR is None, reason="triton is not installed")
@@ -169,6 +214,7 @@ def test_triton_interpreter_in_a_rank_passes_the_guard():
     assert result["interpret"] == "1" and result["interpreted"] == "InterpretedFunction"
     assert result["violations"] == 0, result
     assert result["triton_ops"], "the interpreter's own torch calls should be seen as triton's"
+    assert result["launches"] == 2
     assert float(result["exp_error"]) < 1e-6 and float(result["dot_error"]) < 1e-4
     assert "torch fallback computed with torch" in result["fallback"]
     assert "aten.mul" in result["fallback"]

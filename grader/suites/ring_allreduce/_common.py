@@ -33,6 +33,9 @@ SEND_OPS = ("send", "isend")
 P2P_ONLY = Forbid(allow_only=P2P_APIS, rule=(
     "ring_allreduce allows only point-to-point calls (send, recv, isend, irecv, "
     "batch_isend_irecv); build the collective from them"))
+# Every multi-rank launch of this suite sends its traffic through per-rank sidecars outside the
+# rank (harness/sidecar.py): forbidden collectives and a forged log are judged there.
+TRANSPORT = "sidecar"
 SHIFT_ONLY = Forbid(allow_only=frozenset({"send", "recv"}), rule=(
     "ring_shift uses only blocking dist.send and dist.recv; order them so nothing deadlocks"))
 
@@ -104,9 +107,10 @@ def launch_cases(launch: Callable[..., LaunchResult], cases: Sequence[Case], wor
                  timeout: float = TIMEOUT_S) -> LaunchResult:
     """Every case in one launch of `world_size` ranks (`_ranks.run_cases`), each in its own
     error scope and log window ("case <i>"); `groups` are the subgroups the cases use, created
-    on every rank before the first case."""
+    on every rank before the first case. The traffic goes through the sidecars (`TRANSPORT`)."""
     return launch(run_cases, world_size, args=(list(groups),),
-                  rank_args=rank_args(cases, world_size), forbid=forbid, timeout=timeout)
+                  rank_args=rank_args(cases, world_size), forbid=forbid, transport=TRANSPORT,
+                  timeout=timeout)
 
 
 def reduction_case(gen: torch.Generator, label: str, call: str, op: str, shape: Sequence[int],

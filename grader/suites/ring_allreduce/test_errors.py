@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from grader.suites.ring_allreduce._common import P2P_ONLY, SEND_OPS, TIMEOUT_S, sections
+from grader.suites.ring_allreduce._common import (
+    P2P_ONLY,
+    SEND_OPS,
+    TIMEOUT_S,
+    TRANSPORT,
+    sections,
+)
 from grader.suites.ring_allreduce._ranks import op_errors
 from harness.cases import case_values
 
@@ -21,7 +27,8 @@ EXPECTED = ["ValueError", "ValueError", "ValueError", "TypeError", "TypeError", 
 
 @pytest.fixture(scope="module")
 def errors(launch):
-    return launch(op_errors, 3, args=(CALLS,), forbid=P2P_ONLY, timeout=TIMEOUT_S)
+    return launch(op_errors, 3, args=(CALLS,), forbid=P2P_ONLY,
+                  transport=TRANSPORT, timeout=TIMEOUT_S)
 
 
 def answers(errors, want: str) -> list[tuple[tuple[str, str, str], str]]:

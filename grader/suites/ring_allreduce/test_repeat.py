@@ -11,6 +11,7 @@ from grader.suites.ring_allreduce._common import (
     OPS,
     P2P_ONLY,
     TIMEOUT_S,
+    TRANSPORT,
     make_input,
     reference,
 )
@@ -27,7 +28,8 @@ def test_hundred_calls_in_a_row(launch):
     inputs = [torch.stack([make_input(gen, (NUMEL,), torch.float32, op) for op in ops])
               for _ in range(WORLD_SIZE)]
     result = launch(repeated_all_reduce, WORLD_SIZE, args=(ops,),
-                    rank_args=[(x,) for x in inputs], forbid=P2P_ONLY, timeout=TIMEOUT_S)
+                    rank_args=[(x,) for x in inputs], forbid=P2P_ONLY,
+                    transport=TRANSPORT, timeout=TIMEOUT_S)
     for call, op in enumerate(ops):
         expected = reference(op, [x[call] for x in inputs])
         for rank, got in enumerate(result.values):

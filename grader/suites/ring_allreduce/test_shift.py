@@ -18,6 +18,7 @@ from grader.suites.ring_allreduce._common import (
     HANG_TIMEOUT_S,
     SHIFT_ONLY,
     SUBGROUP_HANG,
+    TRANSPORT,
     Case,
     FailureHint,
     blocking_deadlock,
@@ -112,7 +113,8 @@ def test_ring_shift_large_message_odd_world(launch):
     """5 ranks, 4 MiB each: far more than any socket buffer, so every send really blocks."""
     world_size, numel = 5, 1 << 20
     result = explained_launch(lambda: launch(shift_large, world_size, args=(numel,),
-                                             forbid=SHIFT_ONLY, timeout=HANG_TIMEOUT_S),
+                                             forbid=SHIFT_ONLY, transport=TRANSPORT,
+                                             timeout=HANG_TIMEOUT_S),
                               (LARGE_SHIFT_HANG,))
     for rank, got in enumerate(result.values):
         source = (rank - 1) % world_size

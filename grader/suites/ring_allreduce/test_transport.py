@@ -14,7 +14,7 @@ import torch
 
 from grader.compare import assert_close
 from grader.seeds import seeded_generator
-from grader.suites.ring_allreduce._common import P2P_ONLY, TIMEOUT_S
+from grader.suites.ring_allreduce._common import P2P_ONLY, TIMEOUT_S, TRANSPORT
 
 WORLD_SIZE, NUMEL = 4, 1 << 20  # 4 MiB of float32 per rank: each rank logs 6 MiB of sends
 SLACK_BYTES = 64 * 1024  # rendezvous, store traffic and the result hand-off
@@ -34,7 +34,7 @@ def test_no_traffic_outside_the_log(launch):
     gen = seeded_generator(4100)
     inputs = [torch.randint(-8, 8, (NUMEL,), generator=gen).float() for _ in range(WORLD_SIZE)]
     result = launch(_all_reduce_once, WORLD_SIZE, rank_args=[(x,) for x in inputs],
-                    forbid=P2P_ONLY, timeout=TIMEOUT_S)
+                    forbid=P2P_ONLY, transport=TRANSPORT, timeout=TIMEOUT_S)
     if any(count is None for count in result.written_bytes):
         pytest.skip("this machine has no /proc/<pid>/io: transport bytes cannot be counted")
     expected = torch.stack(inputs).sum(dim=0)

@@ -58,10 +58,15 @@ def run(launch: Any, cases: list[Case]) -> dict[str, dict[str, Any]]:
 
 
 def check_call(case: Case, result: dict[str, Any]) -> Any:
-    """The call's output, after the checks every case shares: it ran, and used no torch."""
+    """The call's output, after the checks every case shares: it ran, used no torch, and
+    launched a Triton kernel when it had an output to fill."""
     out = case_value(result, case.name)
     if result["violations"]:
         raise AssertionError(f"{case.name}: {result['guard_message']}")
+    expected = case.expected if isinstance(case.expected, tuple) else (case.expected,)
+    if any(t.numel() for t in expected) and not result.get("launches"):
+        raise AssertionError(f"{case.name}: the wrapper launched no Triton kernel; all the "
+                             f"arithmetic must happen in an @triton.jit kernel it launches")
     return out
 
 

@@ -30,7 +30,8 @@ def relayout(tensor: Any, layout: str) -> Any:
 
 def call_case(kernels: Any, case: dict[str, Any]) -> dict[str, Any]:
     """Run one case in its own error scope (`harness.cases.capture`): its outcome, plus
-    `inputs_changed`, the guard's `violations` and `guard_message`."""
+    `inputs_changed`, the guard's `violations`, `guard_message` and `launches` (Triton
+    kernel launches counted at Triton's own launch entry points)."""
     args = tuple(relayout(a, case["layout"]) for a in case["args"])
     before = [a.clone() for a in args if isinstance(a, torch.Tensor)]
     guard = ComputeGuard(case["function"], strict=False)
@@ -44,6 +45,7 @@ def call_case(kernels: Any, case: dict[str, Any]) -> dict[str, Any]:
     result["inputs_changed"] = not all(torch.equal(x, y) for x, y in zip(before, after))
     result["violations"] = [v.describe() for v in guard.violations]
     result["guard_message"] = guard.message()
+    result["launches"] = guard.launches
     return result
 
 

@@ -1,0 +1,656 @@
+"""Communication outside the rank: a per-rank sidecar process carries and logs its traffic.
+
+With `launch(..., transport="sidecar")` the rank's `torch.distributed` backend is
+`SidecarGroup`, a Python `ProcessGroup` that holds no gloo context and opens no network
+socket: every operation (send, recv, all_reduce, broadcast, all_gather(_into_tensor),
+reduce_scatter(_tensor), barrier, on the default group or any `new_group`) goes as a request
+with the tensor's bytes over one Unix socket to this rank's sidecar. The sidecars are forked
+by a small server (`SidecarServer`, torch preloaded, outside the sandbox), run the real gloo
+operations with each other, and keep the wire log: one `WireRecord` per backend operation —
+kind, peer, group, bytes — written where the rank cannot write (a 0700 folder of the parent's
+user, outside the sandbox's file system). The rank cannot forge, hide or reorder those
+records: the parent judges forbidden operations and checks the rank's own communication log
+against them (`check_against_wire`).
+
+What the sidecar sees is the backend operation, not the public function the rank called: an
+`isend` and a `send` are both "send"; `all_gather_object` is several operations. The rank's own
+log (harness/commlog.py) keeps the public names, for messages and for style rules; the wire
+log is what decides bytes, messages and forbidden collectives.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+BACKEND = "mlsys-sidecar"
+_HEADER = struct.Struct("!II")  # json length, payload length
+_REDUCE_OPS = ("SUM", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "AVG")
+CONNECT_TIMEOUT_S = 60.0
+# The sidecar runs outside the sandbox and reads what the rank sends: every frame is capped
+# before anything is allocated, and dtypes come from a fixed table, never from getattr.
+MAX_HEADER_BYTES = 1 << 20
+MAX_PAYLOAD_BYTES = 256 * 1024 * 1024  # the rank's own file-size cap (launcher.MAX_FILE_BYTES)
+MAX_PENDING = 256  # operations posted and not yet waited for
+DTYPES = {str(d).removeprefix("torch."): d for d in (
+    torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.uint8, torch.int8,
+    torch.int16, torch.int32, torch.int64, torch.bool, torch.complex64, torch.complex128)}
+
+
+class WireMismatchError(RuntimeError):
+    """The rank's communication log disagrees with what its sidecar carried."""
+
+
+@dataclass(frozen=True)
+class WireRecord:
+    """One backend operation a sidecar carried for its rank.
+
+    `kind`: "send", "recv", "allreduce", "broadcast", "allgather", "allgather_base",
+    "reduce_scatter", "reduce_scatter_base" or "barrier"; `peer`: the other global rank of a
+    point-to-point operation (the root of a broadcast); `group_ranks`: global ranks of the
+    group, `bytes`: what the rank handed over (sends, collective inputs) or asked for (recv).
+    """
+
+    kind: str
+    peer: int | None
+    group_ranks: tuple[int, ...]
+    bytes: int
+    dtype: str
+    label: str = ""  # the rank's latest mark when it happened (diagnostics only)
+
+
+# -- framing ----------------------------------------------------------------------------------
+def _send_frame(sock: socket.socket, header: dict[str, Any],
+                payloads: Sequence[torch.Tensor] = ()) -> None:
+    data = json.dumps(header).encode()
+    views = [_bytes_of(t) for t in payloads]
+    sock.sendall(_HEADER.pack(len(data), sum(v.nbytes for v in views)) + data)
+    for view in views:
+        sock.sendall(view)
+
+
+def _recv_exact(sock: socket.socket, size: int) -> bytearray:
+    buffer = bytearray(size)
+    view, got = memoryview(buffer), 0
+    while got < size:
+        n = sock.recv_into(view[got:], size - got)
+        if n == 0:
+            raise EOFError("sidecar connection closed")
+        got += n
+    return buffer
+
+
+def _recv_frame(sock: socket.socket) -> tuple[dict[str, Any], bytearray]:
+    json_len, payload_len = _HEADER.unpack(_recv_exact(sock, _HEADER.size))
+    if json_len > MAX_HEADER_BYTES or payload_len > MAX_PAYLOAD_BYTES:
+        raise ConnectionError(f"frame of {json_len} + {payload_len} bytes is over the caps")
+    header = json.loads(_recv_exact(sock, json_len).decode())
+    if not isinstance(header, dict):
+        raise ConnectionError("a frame's header must be a JSON object")
+    return header, _recv_exact(sock, payload_len)
+
+
+def _bytes_of(tensor: torch.Tensor) -> memoryview:
+    flat = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
+    return memoryview(flat.numpy()).cast("B")  # type: ignore[arg-type]
+
+
+def _describe(tensors: Iterable[torch.Tensor]) -> list[dict[str, Any]]:
+    return [{"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch.")}
+            for t in tensors]
+
+
+def _checked(specs: Any) -> list[tuple[list[int], torch.dtype]]:
+    """(shape, dtype) of each tensor description (they come from the rank): known dtypes only,
+    and all of them together within the payload cap, checked before anything is allocated."""
+    if not isinstance(specs, list) or len(specs) > 1024:
+        raise ValueError("an operation takes a list of at most 1024 tensors")
+    out, total = [], 0
+    for spec in specs:
+        dtype = DTYPES.get(str(spec.get("dtype"))) if isinstance(spec, dict) else None
+        shape = spec.get("shape") if isinstance(spec, dict) else None
+        if dtype is None or not isinstance(shape, list) or len(shape) > 16 or \
+                not all(isinstance(n, int) and 0 <= n < 2**40 for n in shape):
+            raise ValueError(f"bad tensor description {str(spec)[:200]}")
+        numel = 1
+        for n in shape:
+            numel *= n
+        total += numel * dtype.itemsize
+        out.append((shape, dtype))
+    if total > MAX_PAYLOAD_BYTES:
+        raise ValueError(f"{total} bytes in one operation is over the sidecar's cap")
+    return out
+
+
+def _tensors_from(specs: Any, payload: bytearray) -> list[torch.Tensor]:
+    out, offset = [], 0
+    for shape, dtype in _checked(specs):
+        t = torch.zeros(shape, dtype=dtype)
+        n = t.numel() * t.element_size()
+        if n and len(payload) >= offset + n:  # a recv sends shapes only
+            t.view(-1).view(torch.uint8).copy_(
+                torch.frombuffer(payload, dtype=torch.uint8, count=n, offset=offset))
+        out.append(t)
+        offset += n
+    return out
+
+
+def _fill(targets: Sequence[torch.Tensor], payload: bytearray) -> None:
+    received = _tensors_from(_describe(targets), payload)
+    for target, value in zip(targets, received):
+        target.copy_(value)
+
+
+# -- rank side --------------------------------------------------------------------------------
+class _Client:
+    """The rank's one connection to its sidecar (requests are answered in order)."""
+
+    def __init__(self, path: str) -> None:
+        deadline = time.monotonic() + CONNECT_TIMEOUT_S
+        while True:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.connect(path)
+                break
+            except OSError:
+                sock.close()
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.002)
+        self.sock = sock
+        self.next_id = 0
+        self.label = ""
+
+    def call(self, header: dict[str, Any], payloads: Sequence[torch.Tensor] = ()
+             ) -> tuple[dict[str, Any], bytearray]:
+        header = {**header, "label": self.label}
+        _send_frame(self.sock, header, payloads)
+        reply, payload = _recv_frame(self.sock)
+        if "error" in reply:
+            raise RuntimeError(f"sidecar: {reply['error']}")
+        return reply, payload
+
+
+class SidecarWork(dist.Work):
+    """A pending operation: `wait()` asks the sidecar for its completion (and received data)."""
+
+    def __init__(self, client: _Client | None = None, work_id: int = -1,
+                 targets: Sequence[torch.Tensor] = ()) -> None:
+        super().__init__()
+        self.client, self.work_id, self.targets = client, work_id, list(targets)
+        self.done = client is None
+
+    def wait(self, timeout: timedelta = timedelta(0)) -> bool:
+        if not self.done and self.client is not None:
+            _, payload = self.client.call({"op": "wait", "id": self.work_id})
+            if self.targets:
+                _fill(self.targets, payload)
+            self.done = True
+        return True
+
+    def is_completed(self) -> bool:
+        return self.done
+
+    def is_success(self) -> bool:
+        return self.done
+
+    def get_future(self) -> torch.futures.Future:
+        self.wait()
+        future: torch.futures.Future = torch.futures.Future()
+        future.set_result(self.targets)
+        return future
+
+
+def _reduce_name(op: Any) -> str:
+    for name in _REDUCE_OPS:
+        if op == getattr(dist.ReduceOp, name):
+            return name
+    raise ValueError(f"reduce op {op} is not supported by the sidecar transport")
+
+
+class SidecarGroup(dist.ProcessGroup):
+    """A process group whose every operation is carried by the rank's sidecar."""
+
+    def __init__(self, client: _Client, group_id: str, rank: int, size: int,
+                 global_ranks: Sequence[int]) -> None:
+        super().__init__(rank, size)  # type: ignore[call-arg]
+        self.client, self.gid = client, group_id
+        client.call({"op": "group", "gid": group_id, "rank": rank, "size": size,
+                     "ranks": list(global_ranks)})
+
+    def getBackendName(self) -> str:
+        return BACKEND
+
+    def _post(self, header: dict[str, Any], payloads: Sequence[torch.Tensor],
+              targets: Sequence[torch.Tensor]) -> SidecarWork:
+        self.client.next_id += 1
+        work_id = self.client.next_id
+        self.client.call({**header, "gid": self.gid, "id": work_id}, payloads)
+        return SidecarWork(self.client, work_id, targets)
+
+    def _now(self, header: dict[str, Any], payloads: Sequence[torch.Tensor],
+             targets: Sequence[torch.Tensor]) -> SidecarWork:
+        _, payload = self.client.call({**header, "gid": self.gid}, payloads)
+        if targets:
+            _fill(targets, payload)
+        return SidecarWork()
+
+    def send(self, tensors: list[torch.Tensor], dst: int, tag: int) -> SidecarWork:
+        return self._post({"op": "send", "peer": dst, "tag": tag,
+                           "tensors": _describe(tensors)}, tensors, ())
+
+    def recv(self, tensors: list[torch.Tensor], src: int, tag: int) -> SidecarWork:
+        return self._post({"op": "recv", "peer": src, "tag": tag,
+                           "tensors": _describe(tensors)}, (), tensors)
+
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> SidecarWork:  # type: ignore[override]
+        reduce = _reduce_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        return self._now({"op": "allreduce", "reduce": reduce, "tensors": _describe(tensors)},
+                         tensors, tensors)
+
+    def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> SidecarWork:  # type: ignore[override]
+        root = opts.rootRank if opts is not None else 0
+        return self._now({"op": "broadcast", "peer": root, "tensors": _describe(tensors)},
+                         tensors, tensors)
+
+    def allgather(self, output_tensors: list[list[torch.Tensor]],  # type: ignore[override]
+                  input_tensors: list[torch.Tensor], opts: Any = None) -> SidecarWork:
+        outs = output_tensors[0]
+        return self._now({"op": "allgather", "tensors": _describe(input_tensors),
+                          "outputs": _describe(outs)}, input_tensors, outs)
+
+    def _allgather_base(self, output: torch.Tensor, input: torch.Tensor,
+                        opts: Any = None) -> SidecarWork:
+        return self._now({"op": "allgather_base", "tensors": _describe([input]),
+                          "outputs": _describe([output])}, [input], [output])
+
+    def reduce_scatter(self, output_tensors: list[torch.Tensor],  # type: ignore[override]
+                       input_tensors: list[list[torch.Tensor]], opts: Any = None
+                       ) -> SidecarWork:
+        reduce = _reduce_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        inputs = input_tensors[0]
+        return self._now({"op": "reduce_scatter", "reduce": reduce,
+                          "tensors": _describe(inputs), "outputs": _describe(output_tensors)},
+                         inputs, output_tensors)
+
+    def _reduce_scatter_base(self, output: torch.Tensor, input: torch.Tensor,
+                             opts: Any = None) -> SidecarWork:
+        reduce = _reduce_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        return self._now({"op": "reduce_scatter_base", "reduce": reduce,
+                          "tensors": _describe([input]), "outputs": _describe([output])},
+                         [input], [output])
+
+    def barrier(self, opts: Any = None) -> SidecarWork:
+        return self._now({"op": "barrier"}, (), ())
+
+    # torch >= 2.9 routes all_gather_into_tensor / reduce_scatter_tensor here
+    all_gather_single = _allgather_base
+    reduce_scatter_single = _reduce_scatter_base  # type: ignore[assignment]
+
+
+_client: _Client | None = None
+
+
+def connect_rank(path: str) -> None:
+    """In a rank, before `init_process_group(BACKEND, ...)`: connect to the sidecar at `path`
+    and register the backend. The rank needs no network after this."""
+    global _client
+    _client = _Client(path)
+
+    def create(options: Any, _backend_options: Any = None) -> SidecarGroup:
+        if _client is None:
+            raise RuntimeError("sidecar transport: not connected")
+        return SidecarGroup(_client, str(options.group_id), options.group_rank,
+                            options.group_size, list(options.global_ranks_in_group))
+
+    if BACKEND not in dist.Backend.backend_list:
+        dist.Backend.register_backend(BACKEND, create, extended_api=True, devices=["cpu"])
+
+
+def mark(label: str) -> None:
+    """The rank's latest mark, sent along with its next operations (diagnostics only)."""
+    if _client is not None:
+        _client.label = str(label)
+
+
+# -- sidecar side -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SidecarSpec:
+    """What one sidecar needs: its rank, the world, where to rendezvous, listen and log."""
+
+    rank: int
+    world_size: int
+    store_path: str  # gloo rendezvous, in the parent's private folder
+    socket_path: str  # in the rank's work folder
+    log_path: str  # in the parent's private folder
+    rank_pid: int  # the only process allowed to connect
+    timeout_s: float
+
+
+class _Sidecar:
+    def __init__(self, spec: SidecarSpec) -> None:
+        self.spec = spec
+        self.store = dist.FileStore(spec.store_path, spec.world_size)
+        self.timeout = timedelta(seconds=spec.timeout_s)
+        self.groups: dict[str, tuple[Any, tuple[int, ...]]] = {}
+        self.works: dict[int, tuple[Any, list[torch.Tensor]]] = {}  # posted, not waited for
+        self.recv_ids: dict[int, bool] = {}
+        self.records: list[WireRecord] = []
+
+    def _group(self, header: dict[str, Any]) -> tuple[Any, tuple[int, ...]]:
+        gid = str(header["gid"])
+        if gid not in self.groups:
+            raise ValueError(f"unknown group {gid}")
+        return self.groups[gid]
+
+    def _log(self, header: dict[str, Any], kind: str, ranks: tuple[int, ...],
+             tensors: list[torch.Tensor], peer: int | None = None) -> None:
+        self.records.append(WireRecord(
+            kind=kind, peer=peer, group_ranks=ranks,
+            bytes=sum(t.numel() * t.element_size() for t in tensors),
+            dtype=str(tensors[0].dtype).removeprefix("torch.") if tensors else "",
+            label=str(header.get("label", ""))[:200]))
+
+    def handle(self, header: dict[str, Any], payload: bytearray
+               ) -> tuple[dict[str, Any], list[torch.Tensor]]:
+        op = header["op"]
+        if op == "group":
+            ranks = tuple(header["ranks"]) or tuple(range(self.spec.world_size))
+            store = dist.PrefixStore(f"group{header['gid']}/", self.store)
+            pg = dist.ProcessGroupGloo(store, int(header["rank"]), int(header["size"]),
+                                       self.timeout)
+            self.groups[str(header["gid"])] = (pg, ranks)
+            return {}, []
+        if op == "wait":
+            work, tensors = self.works.pop(int(header["id"]))
+            work.wait()
+            return {}, tensors if self.recv_ids.pop(int(header["id"]), False) else []
+        pending = sum(t.nbytes for _, held in self.works.values() for t in held)
+        if len(self.works) >= MAX_PENDING or pending > MAX_PAYLOAD_BYTES:
+            raise ValueError(f"{len(self.works)} operations ({pending} bytes) posted and not "
+                             "waited for: wait for some first")
+        pg, ranks = self._group(header)
+        tensors = _tensors_from(header.get("tensors", []), payload)
+        if op in ("send", "recv"):
+            local = int(header["peer"])
+            self._log(header, op, ranks, tensors, peer=ranks[local])
+            if op == "send":
+                work = pg.send(tensors, local, int(header["tag"]))
+            else:
+                work = pg.recv(tensors, local, int(header["tag"]))
+                self.recv_ids[int(header["id"])] = True
+            self.works[int(header["id"])] = (work, tensors)
+            return {}, []
+        outputs = [torch.empty(shape, dtype=dtype)
+                   for shape, dtype in _checked(header.get("outputs", []))]
+        reduce_name = str(header.get("reduce", "SUM"))
+        if reduce_name not in _REDUCE_OPS:
+            raise ValueError(f"unknown reduce op {reduce_name[:50]!r}")
+        reduce = getattr(dist.ReduceOp, reduce_name)
+        if op == "allreduce":
+            self._log(header, op, ranks, tensors)
+            pg.allreduce(tensors, _opts(dist.AllreduceOptions(), reduceOp=reduce)).wait()
+            return {}, tensors
+        if op == "broadcast":
+            root = int(header["peer"])
+            self._log(header, op, ranks, tensors, peer=ranks[root])
+            pg.broadcast(tensors, _opts(dist.BroadcastOptions(), rootRank=root)).wait()
+            return {}, tensors
+        if op == "allgather":
+            self._log(header, op, ranks, tensors)
+            pg.allgather([outputs], tensors).wait()
+            return {}, outputs
+        if op == "allgather_base":
+            self._log(header, op, ranks, tensors)
+            pg._allgather_base(outputs[0], tensors[0]).wait()
+            return {}, outputs
+        if op in ("reduce_scatter", "reduce_scatter_base"):
+            self._log(header, op, ranks, tensors)
+            opts = _opts(dist.ReduceScatterOptions(), reduceOp=reduce)
+            if op == "reduce_scatter":
+                pg.reduce_scatter(outputs, [tensors], opts).wait()
+            else:
+                pg._reduce_scatter_base(outputs[0], tensors[0], opts).wait()
+            return {}, outputs
+        if op == "barrier":
+            self._log(header, op, ranks, [])
+            pg.barrier().wait()
+            return {}, []
+        raise ValueError(f"unsupported operation {op!r}")
+
+    def write_log(self) -> None:
+        tmp = self.spec.log_path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump([asdict(r) for r in self.records], f)
+        os.replace(tmp, self.spec.log_path)
+
+
+def _opts(options: Any, **values: Any) -> Any:
+    for key, value in values.items():
+        setattr(options, key, value)
+    return options
+
+
+def _peer_pid(conn: socket.socket) -> int:
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return int(struct.unpack("3i", creds)[0])
+
+
+def serve(spec: SidecarSpec) -> None:
+    """The body of one sidecar: accept the rank (by pid), carry its operations, log them."""
+    sidecar = _Sidecar(spec)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(spec.socket_path + ".tmp")
+    os.chmod(spec.socket_path + ".tmp", 0o777)  # ranks may run as another user
+    listener.listen(4)
+    os.replace(spec.socket_path + ".tmp", spec.socket_path)
+    deadline = time.monotonic() + spec.timeout_s
+    conn = None
+    while conn is None:
+        ready, _, _ = select.select([listener], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            return
+        candidate, _ = listener.accept()
+        if _peer_pid(candidate) == spec.rank_pid:
+            conn = candidate
+        else:
+            candidate.close()  # another process of the sandbox: not this rank
+    listener.close()
+    os.unlink(spec.socket_path)
+    try:
+        while True:
+            try:
+                header, payload = _recv_frame(conn)
+            except (EOFError, ConnectionError):
+                break
+            try:
+                reply, tensors = sidecar.handle(header, payload)
+            except Exception as exc:  # noqa: BLE001 - the rank gets the error as text
+                reply, tensors = {"error": f"{type(exc).__name__}: {exc}"[:2000]}, []
+            _send_frame(conn, reply, tensors)
+    finally:
+        sidecar.write_log()
+
+
+def _server_main() -> None:
+    """`python -I sidecar.py`: read one JSON SidecarSpec per line, fork a sidecar for each,
+    answer its pid. Dies with its parent."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
+    torch.set_num_threads(1)
+    for line in sys.stdin:
+        spec = SidecarSpec(**json.loads(line))
+        pid = os.fork()
+        if pid == 0:
+            status = 0
+            try:
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                os.setpgid(0, 0)
+                quiet = os.open(os.devnull, os.O_RDWR)  # the server's stdout answers the parent
+                for fd in (0, 1, 2):
+                    os.dup2(quiet, fd)
+                serve(spec)
+            except BaseException:  # noqa: BLE001
+                status = 1
+            os._exit(status)
+        sys.stdout.write(f"{pid}\n")
+        sys.stdout.flush()
+
+
+# -- parent side ------------------------------------------------------------------------------
+class SidecarServer:
+    """The process that forks sidecars: started once, outside the sandbox, torch preloaded."""
+
+    def __init__(self) -> None:
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        # Sidecars run no code under test, but need no secret either: a minimal environment.
+        env = {k: os.environ[k] for k in ("PATH", "LANG", "LC_ALL", "TZ", "GLOO_SOCKET_IFNAME")
+               if k in os.environ}
+        env.update({"OMP_NUM_THREADS": "1", "PYTHONPATH": root})
+        if os.path.isdir("/sys/class/net/lo"):
+            env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", "from harness.sidecar import _server_main; _server_main()"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True, cwd=root)
+
+    def fork(self, spec: SidecarSpec) -> int:
+        if self.proc.stdin is None or self.proc.stdout is None or self.proc.poll() is not None:
+            raise RuntimeError("the sidecar server is not running")
+        self.proc.stdin.write(json.dumps(asdict(spec)) + "\n")
+        self.proc.stdin.flush()
+        return int(self.proc.stdout.readline())
+
+
+_server: SidecarServer | None = None
+
+
+def server() -> SidecarServer:
+    global _server
+    if _server is None or _server.proc.poll() is not None:
+        _server = SidecarServer()
+    return _server
+
+
+@dataclass
+class SidecarSet:
+    """The sidecars of one launch: their pids and private folder."""
+
+    folder: str
+    pids: list[int]
+    world_size: int
+
+    @classmethod
+    def start(cls, rank_folders: Sequence[str], rank_pids: Sequence[int],
+              timeout_s: float) -> SidecarSet:
+        """One sidecar per rank; rank r's socket goes in its own private folder,
+        `rank_folders[r]`, where no peer can reach it."""
+        folder = tempfile.mkdtemp(prefix="mlsys-sidecar-")  # 0700: the ranks cannot enter
+        world_size = len(rank_pids)
+        pids = [server().fork(SidecarSpec(
+            rank=r, world_size=world_size, store_path=os.path.join(folder, "store"),
+            socket_path=socket_path(rank_folders[r], r), log_path=os.path.join(folder, f"{r}.json"),
+            rank_pid=pid, timeout_s=timeout_s)) for r, pid in enumerate(rank_pids)]
+        return cls(folder=folder, pids=pids, world_size=world_size)
+
+    def records(self, wait_s: float = 60.0) -> list[list[WireRecord]]:
+        """Each rank's wire log; waits (up to `wait_s`: loaded graders are slow) for sidecars
+        to write it after their rank ended."""
+        deadline = time.monotonic() + wait_s
+        out: list[list[WireRecord]] = []
+        for r in range(self.world_size):
+            path = os.path.join(self.folder, f"{r}.json")
+            while not os.path.exists(path) and time.monotonic() < deadline:
+                time.sleep(0.002)
+            if not os.path.exists(path):
+                raise WireMismatchError(f"rank {r}: its sidecar wrote no log")
+            with open(path) as f:
+                out.append([WireRecord(**{**d, "group_ranks": tuple(d["group_ranks"])})
+                            for d in json.load(f)])
+        return out
+
+    def stop(self) -> None:
+        for pid in self.pids:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def socket_path(rank_folder: str, rank: int) -> str:
+    """Where rank `rank`'s sidecar listens: in the rank's own folder."""
+    return os.path.join(rank_folder, f"rank{rank}.sidecar")
+
+
+# -- judging the rank's log against the wire ---------------------------------------------------
+# Public torch.distributed names (as the rank's log records them) -> the backend operation.
+_KIND_OF = {
+    "send": "send", "isend": "send", "recv": "recv", "irecv": "recv",
+    "all_reduce": "allreduce", "broadcast": "broadcast", "all_gather": "allgather",
+    "all_gather_into_tensor": "allgather_base", "_all_gather_base": "allgather_base",
+    "all_gather_single": "allgather_base", "reduce_scatter_single": "reduce_scatter_base",
+    "reduce_scatter": "reduce_scatter", "reduce_scatter_tensor": "reduce_scatter_base",
+    "_reduce_scatter_base": "reduce_scatter_base", "barrier": "barrier",
+}
+# Backend operation -> the public names that reach it (what Forbid rules name).
+API_NAMES = {
+    "send": ("send", "isend"), "recv": ("recv", "irecv"), "allreduce": ("all_reduce",),
+    "broadcast": ("broadcast",), "allgather": ("all_gather",),
+    "allgather_base": ("all_gather_into_tensor", "all_gather_single", "_all_gather_base"),
+    "reduce_scatter": ("reduce_scatter",),
+    "reduce_scatter_base": ("reduce_scatter_tensor", "reduce_scatter_single",
+                            "_reduce_scatter_base"),
+    "barrier": ("barrier",),
+}
+
+
+def forbidden_on_wire(records: Sequence[WireRecord], forbids: Any) -> WireRecord | None:
+    """The first wire operation that no public name it could come from may call."""
+    for record in records:
+        if all(forbids(name) for name in API_NAMES.get(record.kind, (record.kind,))):
+            return record
+    return None
+
+
+def check_against_wire(rank: int, logged: Sequence[Any], wire: Sequence[WireRecord]) -> None:
+    """Raise WireMismatchError unless the rank's logged point-to-point operations are, in
+    order, the sends and receives its sidecar carried (kind, peer, bytes)."""
+    def p2p(items: Iterable[tuple[str, int | None, int]]) -> list[tuple[str, int | None, int]]:
+        return [i for i in items if i[0] in ("send", "recv")]
+
+    claimed = p2p((_KIND_OF.get(r.op, r.op), r.peer, r.bytes) for r in logged)
+    carried = p2p((w.kind, w.peer, w.bytes) for w in wire)
+    if claimed != carried:
+        first = next((i for i, (a, b) in enumerate(zip(claimed, carried)) if a != b),
+                     min(len(claimed), len(carried)))
+        raise WireMismatchError(
+            f"rank {rank}: its communication log does not match the traffic the harness "
+            f"carried for it (operation {first}: logged "
+            f"{claimed[first] if first < len(claimed) else 'nothing'}, carried "
+            f"{carried[first] if first < len(carried) else 'nothing'}; "
+            f"{len(claimed)} logged, {len(carried)} carried point-to-point operations)")
+
+
+__all__ = ["BACKEND", "SidecarGroup", "SidecarSet", "WireMismatchError", "WireRecord",
+           "check_against_wire", "connect_rank", "forbidden_on_wire", "mark", "socket_path"]

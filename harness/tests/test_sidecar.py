@@ -1,0 +1,150 @@
+"""The sidecar transport: traffic carried and logged outside the rank (harness/sidecar.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from harness import Forbid, launch
+from harness.errors import ForbiddenCallError
+from harness.sidecar import WireMismatchError
+
+P2P_ONLY = Forbid(allow_only=frozenset({"send", "recv", "isend", "irecv"}),
+                  rule="point-to-point only")
+
+
+def rank_ring(ctx, numel: int):
+    """A ring pass with isend/recv, a blocking send/recv pair in a subgroup, collectives."""
+    rank, world = ctx.rank, ctx.world_size
+    x = torch.full((numel,), float(rank))
+    got = torch.empty(numel)
+    ctx.mark("ring")
+    work = dist.isend(x, (rank + 1) % world)
+    dist.recv(got, (rank - 1) % world)
+    work.wait()
+    pair = ctx.new_group([0, 1])
+    if rank in (0, 1):
+        ctx.mark("pair")
+        y = torch.arange(4.0) + rank
+        if rank == 0:
+            dist.send(y, 1, group=pair)
+        else:
+            dist.recv(y, 0, group=pair)
+        pair_value = y
+    else:
+        pair_value = None
+    ctx.mark("collectives")
+    total = torch.tensor([float(rank + 1)])
+    dist.all_reduce(total)
+    root = torch.tensor([float(rank)])
+    dist.broadcast(root, src=2)
+    gathered = [torch.empty(2) for _ in range(world)]
+    dist.all_gather(gathered, torch.tensor([rank, -rank], dtype=torch.float32))
+    flat = torch.empty(world)
+    dist.all_gather_into_tensor(flat, torch.tensor([float(rank)]))
+    out = torch.empty(1)
+    dist.reduce_scatter_tensor(out, torch.arange(float(world)))
+    dist.barrier()
+    return {"got": got[:3], "pair": pair_value, "total": total, "root": root,
+            "gathered": torch.stack(gathered), "flat": flat, "scattered": out}
+
+
+def test_every_operation_the_suites_use_goes_through_the_sidecars():
+    result = launch(rank_ring, 3, args=(1000,), backend="gloo", transport="sidecar",
+                    timeout=60)
+    assert result.transport == "sidecar" and result.wire is not None
+    for rank, value in enumerate(result.values):
+        assert value["got"].tolist() == [float((rank - 1) % 3)] * 3
+        assert value["total"].item() == 6.0 and value["root"].item() == 2.0
+        assert value["gathered"].tolist() == [[0, 0], [1, -1], [2, -2]]
+        assert value["flat"].tolist() == [0, 1, 2] and value["scattered"].item() == 3.0 * rank
+    assert result.values[1]["pair"].tolist() == [0, 1, 2, 3]
+    kinds = [w.kind for w in result.wire[0]]
+    assert kinds == ["send", "recv", "send", "allreduce", "broadcast", "allgather",
+                     "allgather_base", "reduce_scatter_base", "barrier"]
+    first = result.wire[0][0]
+    assert (first.peer, first.bytes, first.group_ranks, first.label) == (1, 4000, (0, 1, 2),
+                                                                         "ring")
+    assert result.wire[1][2].kind == "recv" and result.wire[1][2].group_ranks == (0, 1)
+    assert result.unlogged_bytes(0) is None or result.unlogged_bytes(0) < 64 * 1024
+
+
+def rank_hidden_all_reduce(ctx):
+    """Hides a real all_reduce from the in-rank log by raising its re-entrancy depth."""
+    log = ctx._log
+    log._local.depth = 1
+    x = torch.ones(8)
+    dist.all_reduce(x)
+    log._local.depth = 0
+    return x
+
+
+def test_a_collective_hidden_from_the_rank_log_is_forbidden_on_the_wire():
+    with pytest.raises(ForbiddenCallError, match="ran allreduce on the wire"):
+        launch(rank_hidden_all_reduce, 2, backend="gloo", transport="sidecar",
+               forbid=P2P_ONLY, timeout=60)
+    launch(rank_hidden_all_reduce, 2, backend="gloo", transport="in-rank", forbid=P2P_ONLY,
+           timeout=60)  # in-rank, the same trick goes unseen
+
+
+def rank_forged_log(ctx):
+    """Sends zeros to its neighbour, but rewrites its log to claim a 1 MiB send."""
+    from harness.commlog import CommRecord
+
+    rank, world = ctx.rank, ctx.world_size
+    dist.send(torch.zeros(4), (rank + 1) % world) if rank == 0 else \
+        dist.recv(torch.zeros(4), (rank - 1) % world)
+    records = ctx._log.records
+    records[:] = [CommRecord(op="send" if r.op == "send" else r.op, peer=r.peer,
+                             bytes=2**20 if r.op == "send" else r.bytes,
+                             numel=r.numel, group_ranks=r.group_ranks) for r in records]
+    return 0
+
+
+def test_a_forged_rank_log_does_not_match_the_wire():
+    with pytest.raises(WireMismatchError, match="rank 0: its communication log does not match"):
+        launch(rank_forged_log, 2, backend="gloo", transport="sidecar", timeout=60)
+
+
+def test_transport_is_checked():
+    with pytest.raises(ValueError, match="transport"):
+        launch(rank_forged_log, 1, transport="pigeon")
+
+
+def rank_opens_a_socket(ctx):
+    """After joining, try to reach another rank over TCP loopback."""
+    import socket
+
+    s = socket.socket()
+    s.settimeout(2)
+    try:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        client = socket.create_connection(s.getsockname(), timeout=2)
+        client.close()
+        return "connected"
+    except OSError as exc:
+        return type(exc).__name__
+    finally:
+        s.close()
+
+
+def test_a_sidecar_rank_has_no_network():
+    in_rank = launch(rank_opens_a_socket, 1, backend="gloo", transport="in-rank").values[0]
+    sidecar = launch(rank_opens_a_socket, 1, backend="gloo", transport="sidecar").values[0]
+    assert in_rank == "connected"
+    assert sidecar != "connected", "a sidecar rank could still use loopback"
+
+
+def test_the_sidecar_refuses_frames_and_tensors_over_its_caps():
+    from harness import sidecar
+
+    with pytest.raises(ValueError, match="bad tensor description"):
+        sidecar._checked([{"shape": [2], "dtype": "load"}])
+    with pytest.raises(ValueError, match="over the sidecar's cap"):
+        sidecar._checked([{"shape": [2**20, 2**20], "dtype": "float32"}])
+    with pytest.raises(ValueError, match="at most 1024"):
+        sidecar._checked([{"shape": [1], "dtype": "float32"}] * 2000)
+    assert sidecar._checked([{"shape": [2, 3], "dtype": "bfloat16"}]) == [([2, 3],
+                                                                           torch.bfloat16)]
