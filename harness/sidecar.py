@@ -574,7 +574,7 @@ class SidecarSet:
         return cls(folder=folder, pids=pids, world_size=world_size)
 
     def records(self, wait_s: float = 60.0) -> list[list[WireRecord]]:
-        """Each rank's wire log; waits (up to `wait_s`: loaded graders are slow) for sidecars
+        """Each rank's wire log; waits (up to `wait_s`: a loaded machine is slow) for sidecars
         to write it after their rank ended."""
         deadline = time.monotonic() + wait_s
         out: list[list[WireRecord]] = []
