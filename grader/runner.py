@@ -212,7 +212,7 @@ def stop_all_sessions() -> None:
     with _live_lock:
         live = list(_live)
     for process in live:
-        _kill_group(process)
+        kill_group(process)
 
 
 def _run(
@@ -230,11 +230,11 @@ def _run(
         _live.add(process)
     expired = threading.Event()
 
-    def kill_group() -> None:
+    def expire() -> None:
         expired.set()
-        _kill_group(process)
+        kill_group(process)
 
-    watchdog = threading.Timer(timeout, kill_group)
+    watchdog = threading.Timer(timeout, expire)
     watchdog.daemon = True
     watchdog.start()
     tail: list[str] = []
@@ -246,18 +246,20 @@ def _run(
                 on_line(line)
         process.wait()
     except BaseException:
-        _kill_group(process)
+        kill_group(process)
         raise
     finally:
         watchdog.cancel()
         with _live_lock:
             _live.discard(process)
     # Leftovers of the session (rank processes a killed test left behind) go with it.
-    _kill_group(process)
+    kill_group(process)
     return process.returncode, expired.is_set(), time.perf_counter() - start, "\n".join(tail)
 
 
-def _kill_group(process: subprocess.Popen) -> None:
+def kill_group(process: subprocess.Popen) -> None:
+    """SIGKILL the process group a session was started in (`start_new_session=True`), then
+    reap its leader, waiting up to 10 s."""
     try:
         os.killpg(process.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):

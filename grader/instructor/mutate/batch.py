@@ -40,6 +40,7 @@ from grader.results import RunResult
 from grader.runner import (
     Session,
     isolated_env,
+    kill_group,
     pytest_command,
     run_session,
     stop_all_sessions,
@@ -157,7 +158,7 @@ class BatchEngine:
         with self._lock:
             live = list(self._live)
         for process in live:
-            _kill_group(process)
+            kill_group(process)
 
     def grade(self, chunk: Sequence[tuple[str, Path]], timeout: float,
               deliver: Callable[[str, Verdict], None]) -> None:
@@ -225,7 +226,7 @@ class BatchEngine:
                     # pytest writes the results of what finished when interrupted
                     os.kill(process.pid, signal.SIGINT)
                     if not ended.wait(INTERRUPT_GRACE_S):
-                        _kill_group(process)
+                        kill_group(process)
                     return
 
         thread = threading.Thread(target=watchdog, daemon=True)
@@ -238,14 +239,14 @@ class BatchEngine:
                 tail = (tail + [line])[-40:]
             process.wait()
         except BaseException:
-            _kill_group(process)
+            kill_group(process)
             raise
         finally:
             ended.set()
             thread.join()
             with self._lock:
                 self._live.discard(process)
-        _kill_group(process)  # what the session left behind goes with it
+        kill_group(process)  # what the session left behind goes with it
         return process.returncode, overran.is_set(), "\n".join(tail)
 
 
@@ -323,14 +324,3 @@ def interruptible(command: list[str]) -> list[str]:
         rearm = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
         command = [*command[:3], rearm + command[3], *command[4:]]
     return command
-
-
-def _kill_group(process: subprocess.Popen) -> None:
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        pass
