@@ -33,7 +33,14 @@ from harness.errors import ForbiddenCallError, PayloadError, SurvivorError
 from harness.forkserver import configure, mp_context, preload
 from harness.impl import ImplSpec, resolve_impl
 from harness.rankmain import RankJob, rank_entry
-from harness.sidecar import SidecarSet, WireRecord, check_against_wire, forbidden_on_wire
+from harness.sidecar import (
+    SidecarSet,
+    WireRecord,
+    check_against_wire,
+    forbidden_on_wire,
+    new_token,
+)
+from harness.sidecar import server as sidecar_server
 
 __all__ = ["LaunchResult", "configure", "launch", "mp_context", "preload", "resolve_backend",
            "set_rank_threads"]
@@ -145,6 +152,8 @@ def launch(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] =
     workdir, store_path = _make_folders(owners, forkserver.workdir_base())
     procs: list[Any] = []
     sidecars: SidecarSet | None = None
+    starting: _Background | None = None
+    tokens = [new_token() if transport == "sidecar" else "" for _ in range(world_size)]
     started = time.monotonic()
     group = _new_launch_group(world_size)
     failed = True
@@ -158,12 +167,15 @@ def launch(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] =
                         fn_bytes=fn_bytes, args_bytes=args_bytes, rank_args_bytes=own_args[r],
                         uid=uids[r], private_memory=bool(wrapper and wrapper.private_memory),
                         env={**forkserver.rank_env(), **(env or {})}, threads=_rank_threads,
-                        transport=transport)
+                        transport=transport, sidecar_token=tokens[r])
                 for r in range(world_size)]
+        if transport == "sidecar":  # started while the ranks start: a rank waits for its own
+            sidecar_server()  # on this thread: the server dies with the thread that started it
+            starting = _Background(lambda: SidecarSet.start(
+                [job.workdir for job in jobs], tokens, timeout + 30.0))
         _start(procs, jobs, group)
-        if transport == "sidecar":
-            sidecars = SidecarSet.start([job.workdir for job in jobs],
-                                        [proc.pid for proc in procs], timeout + 30.0)
+        if starting is not None:
+            sidecars = starting.result()
         written = _watch(procs, jobs, started + timeout, timeout, qualname,
                          limited=wrapper is not None, group=group)
         results = [payload.load(job.path("result.pt"), max_result_bytes,
@@ -171,6 +183,8 @@ def launch(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] =
         wire = sidecars.records() if sidecars is not None else None
         failed = False
     finally:
+        if starting is not None and sidecars is None:
+            sidecars = starting.result(raise_error=False)
         if sidecars is not None:
             sidecars.stop()
         if group is not None and failed:
@@ -225,6 +239,30 @@ def _judge_wire(wire: list[list[WireRecord]], comm: list[list[CommRecord]],
                     rank=r)
     for r, records in enumerate(wire):
         check_against_wire(r, comm[r], records)
+
+
+class _Background:
+    """A call run on a thread of its own; `result()` joins it and returns (or raises) what it
+    did."""
+
+    def __init__(self, call: Callable[[], Any]) -> None:
+        self._value: Any = None
+        self._error: BaseException | None = None
+
+        def run() -> None:
+            try:
+                self._value = call()
+            except BaseException as exc:  # noqa: BLE001 - handed to result()
+                self._error = exc
+
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+
+    def result(self, raise_error: bool = True) -> Any:
+        self._thread.join()
+        if self._error is not None and raise_error:
+            raise self._error
+        return self._value
 
 
 _lock = threading.Lock()

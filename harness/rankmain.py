@@ -69,6 +69,7 @@ class RankJob:
     env: dict[str, str] = field(default_factory=dict)
     threads: int = 1  # torch intra-op threads; selfcheck's margin runs also try 2
     transport: str = "in-rank"  # or "sidecar": harness/sidecar.py carries the traffic
+    sidecar_token: str = field(default="", repr=False)  # presented to this rank's sidecar
 
     def path(self, suffix: str) -> str:
         return os.path.join(self.workdir, f"rank{self.rank}.{suffix}")
@@ -158,7 +159,7 @@ def _run(job: RankJob) -> tuple[Any, CommLog]:
     if job.transport == "sidecar":
         from harness import sidecar
 
-        sidecar.connect_rank(sidecar.socket_path(job.workdir, job.rank))
+        sidecar.connect_rank(sidecar.socket_path(job.workdir, job.rank), job.sidecar_token)
         _leave_the_network()
         backend = sidecar.BACKEND
     dist.init_process_group(backend, store=store, rank=job.rank, world_size=job.world_size,

@@ -20,8 +20,10 @@ log is what decides bytes, messages and forbidden collectives.
 
 from __future__ import annotations
 
+import hmac
 import json
 import os
+import secrets
 import select
 import shutil
 import signal
@@ -43,6 +45,8 @@ BACKEND = "mlsys-sidecar"
 _HEADER = struct.Struct("!II")  # json length, payload length
 _REDUCE_OPS = ("SUM", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "AVG")
 CONNECT_TIMEOUT_S = 60.0
+TOKEN_CHARS = 64  # a rank's token: 32 random bytes, in hex (`new_token`)
+HANDSHAKE_S = 5.0  # how long a new connection may take to present it
 # The sidecar runs outside the sandbox and reads what the rank sends: every frame is capped
 # before anything is allocated, and dtypes come from a fixed table, never from getattr.
 MAX_HEADER_BYTES = 1 << 20
@@ -161,7 +165,7 @@ def _fill(targets: Sequence[torch.Tensor], payload: bytearray) -> None:
 class _Client:
     """The rank's one connection to its sidecar (requests are answered in order)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, token: str) -> None:
         deadline = time.monotonic() + CONNECT_TIMEOUT_S
         while True:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -173,6 +177,7 @@ class _Client:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.002)
+        sock.sendall(token.encode("ascii"))  # who we are: the token only our job carried
         self.sock = sock
         self.next_id = 0
         self.label = ""
@@ -307,11 +312,12 @@ class SidecarGroup(dist.ProcessGroup):
 _client: _Client | None = None
 
 
-def connect_rank(path: str) -> None:
-    """In a rank, before `init_process_group(BACKEND, ...)`: connect to the sidecar at `path`
-    and register the backend. The rank needs no network after this."""
+def connect_rank(path: str, token: str) -> None:
+    """In a rank, before `init_process_group(BACKEND, ...)`: connect to the sidecar at `path`,
+    present `token` (from the rank's job: no peer has it) and register the backend. The rank
+    needs no network after this."""
     global _client
-    _client = _Client(path)
+    _client = _Client(path, token)
 
     def create(options: Any, _backend_options: Any = None) -> SidecarGroup:
         if _client is None:
@@ -339,7 +345,7 @@ class SidecarSpec:
     store_path: str  # gloo rendezvous, in the parent's private folder
     socket_path: str  # in the rank's work folder
     log_path: str  # in the parent's private folder
-    rank_pid: int  # the only process allowed to connect
+    token: str  # TOKEN_CHARS hex characters: the connection that presents them is the rank's
     timeout_s: float
 
 
@@ -447,13 +453,21 @@ def _opts(options: Any, **values: Any) -> Any:
     return options
 
 
-def _peer_pid(conn: socket.socket) -> int:
-    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return int(struct.unpack("3i", creds)[0])
+def _presents(candidate: socket.socket, token: str) -> bool:
+    """Whether a new connection's first bytes are `token` (read within HANDSHAKE_S)."""
+    candidate.settimeout(HANDSHAKE_S)
+    try:
+        got = _recv_exact(candidate, TOKEN_CHARS)
+    except (OSError, EOFError):
+        return False
+    finally:
+        candidate.settimeout(None)
+    return hmac.compare_digest(bytes(got), token.encode("ascii"))
 
 
 def serve(spec: SidecarSpec) -> None:
-    """The body of one sidecar: accept the rank (by pid), carry its operations, log them."""
+    """The body of one sidecar: accept the rank (by its token), carry its operations, log
+    them."""
     sidecar = _Sidecar(spec)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(spec.socket_path + ".tmp")
@@ -467,7 +481,7 @@ def serve(spec: SidecarSpec) -> None:
         if not ready:
             return
         candidate, _ = listener.accept()
-        if _peer_pid(candidate) == spec.rank_pid:
+        if _presents(candidate, spec.token):
             conn = candidate
         else:
             candidate.close()  # another process of the sandbox: not this rank
@@ -534,18 +548,23 @@ class SidecarServer:
             [sys.executable, "-c", "from harness.sidecar import _server_main; _server_main()"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True, cwd=root)
 
-    def fork(self, spec: SidecarSpec) -> int:
+    def fork(self, specs: Sequence[SidecarSpec]) -> list[int]:
+        """Fork one sidecar per spec; their pids. All requests are written before the first
+        answer is read, so the server forks them back to back."""
         if self.proc.stdin is None or self.proc.stdout is None or self.proc.poll() is not None:
             raise RuntimeError("the sidecar server is not running")
-        self.proc.stdin.write(json.dumps(asdict(spec)) + "\n")
+        self.proc.stdin.write("".join(json.dumps(asdict(spec)) + "\n" for spec in specs))
         self.proc.stdin.flush()
-        return int(self.proc.stdout.readline())
+        return [int(self.proc.stdout.readline()) for _ in specs]
 
 
 _server: SidecarServer | None = None
 
 
 def server() -> SidecarServer:
+    """The running server, started if need be. Call it first from a thread that lives as long
+    as the process (the main thread): the server has PR_SET_PDEATHSIG, which fires when the
+    *thread* that started it ends."""
     global _server
     if _server is None or _server.proc.poll() is not None:
         _server = SidecarServer()
@@ -561,16 +580,18 @@ class SidecarSet:
     world_size: int
 
     @classmethod
-    def start(cls, rank_folders: Sequence[str], rank_pids: Sequence[int],
+    def start(cls, rank_folders: Sequence[str], tokens: Sequence[str],
               timeout_s: float) -> SidecarSet:
         """One sidecar per rank; rank r's socket goes in its own private folder,
-        `rank_folders[r]`, where no peer can reach it."""
+        `rank_folders[r]`, where no peer can reach it, and only the connection that presents
+        `tokens[r]` (handed to rank r inside its job) is served. Needs no rank to exist yet:
+        the launcher starts the sidecars while the ranks start."""
         folder = tempfile.mkdtemp(prefix="mlsys-sidecar-")  # 0700: the ranks cannot enter
-        world_size = len(rank_pids)
-        pids = [server().fork(SidecarSpec(
+        world_size = len(tokens)
+        pids = server().fork([SidecarSpec(
             rank=r, world_size=world_size, store_path=os.path.join(folder, "store"),
             socket_path=socket_path(rank_folders[r], r), log_path=os.path.join(folder, f"{r}.json"),
-            rank_pid=pid, timeout_s=timeout_s)) for r, pid in enumerate(rank_pids)]
+            token=token, timeout_s=timeout_s) for r, token in enumerate(tokens)])
         return cls(folder=folder, pids=pids, world_size=world_size)
 
     def records(self, wait_s: float = 60.0) -> list[list[WireRecord]]:
@@ -596,6 +617,11 @@ class SidecarSet:
             except (ProcessLookupError, PermissionError):
                 pass
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def new_token() -> str:
+    """A fresh secret for one rank's connection to its sidecar."""
+    return secrets.token_hex(TOKEN_CHARS // 2)
 
 
 def socket_path(rank_folder: str, rank: int) -> str:
@@ -653,4 +679,5 @@ def check_against_wire(rank: int, logged: Sequence[Any], wire: Sequence[WireReco
 
 
 __all__ = ["BACKEND", "SidecarGroup", "SidecarSet", "WireMismatchError", "WireRecord",
-           "check_against_wire", "connect_rank", "forbidden_on_wire", "mark", "socket_path"]
+           "check_against_wire", "connect_rank", "forbidden_on_wire", "mark", "new_token",
+           "socket_path"]
