@@ -112,7 +112,8 @@ def test_grade_steps_run_in_the_rehearsed_order_with_a_scrubbed_environment():
             if match.group(1) == "pr-grade":
                 grade_at = (job_id, index)
                 script = " ".join(step["run"].split())
-                assert script.startswith('env -i PATH="/usr/local/bin:/usr/bin:/bin" ')
+                # as root (the full sandbox needs it), with nothing of the runner's environment
+                assert script.startswith('sudo env -i PATH="/usr/local/bin:/usr/bin:/bin" ')
                 assert "GITHUB" not in script and "--sandbox" not in script  # strict default
     assert order == ["pr-apply", "pr-suites", "pr-grade", "pr-comment", "pr-post"]
     assert secret_at is not None and secret_at < grade_at, "suites must arrive before grading"
