@@ -12,7 +12,8 @@ Rules (`RULES`), each a set of dotted names resolved through the module's own im
     no-process-control   subprocess, multiprocessing, signal, os.fork/kill/system/exec*/...
     no-network           socket, ssl, http, urllib, ...
     no-serialisation     pickle, dill, torch.save/torch.load, zipfile, __reduce__, ...
-    no-files             open(), pathlib, shutil, tempfile, os file operations
+    no-files             open(), pathlib, shutil, tempfile, os file operations, file-backed
+                         tensors and stores (torch.from_file, .from_file, FileStore)
     no-environment       os.environ, os.getenv, ...
     no-course-internals  grader.*, solutions.*, harness.* other than harness.graphs
     kernel-wrappers      in a module that imports triton: torch names other than allocation,
@@ -94,7 +95,12 @@ MODULES: dict[str, tuple[str, ...]] = {
                  "os.link", "os.readlink", "os.chmod", "os.chown", "os.listdir", "os.scandir",
                  "os.walk", "os.fwalk", "os.chdir", "os.dup", "os.dup2", "os.pipe",
                  "os.mkfifo", "os.mknod", "os.memfd_create", "os.sendfile", "os.utime",
-                 "os.fdopen", "os.lseek", "os.stat", "os.lstat", "os.path"),
+                 "os.fdopen", "os.lseek", "os.stat", "os.lstat", "os.path",
+                 # tensors and stores backed by a file: a shared mmap moves data with no
+                 # write(2) for the traffic counter to see
+                 "torch.from_file", "torch.UntypedStorage.from_file",
+                 "torch.TypedStorage.from_file", "numpy.memmap", "numpy.lib.format.open_memmap",
+                 "torch.distributed.FileStore", "torch.distributed.TCPStore"),
     "no-environment": ("os.environ", "os.environb", "os.getenv", "os.getenvb", "os.putenv",
                        "os.unsetenv"),
     "no-course-internals": ("grader", "solutions", "harness", "_pytest", "pytest", "conftest"),
@@ -127,6 +133,7 @@ ATTRIBUTES: dict[str, str] = {
     "_get_backend": "no-course-internals", "distributed_c10d": "no-course-internals",
     "_world": "no-course-internals", "_C": "no-native-code", "ctypeslib": "no-native-code",
     "load_library": "no-native-code", "cpp_extension": "no-native-code",
+    "from_file": "no-files", "_get_default_store": "no-course-internals",
 }
 
 ATTRIBUTE_FUNCTIONS = {"getattr", "setattr", "delattr", "hasattr"}
