@@ -45,6 +45,7 @@ BACKEND = "mlsys-sidecar"
 _HEADER = struct.Struct("!II")  # json length, payload length
 _REDUCE_OPS = ("SUM", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "AVG")
 CONNECT_TIMEOUT_S = 60.0
+ANY_SOURCE = -1  # the peer of a receive from any source, on the socket
 TOKEN_CHARS = 64  # a rank's token: 32 random bytes, in hex (`new_token`)
 HANDSHAKE_S = 5.0  # how long a new connection may take to present it
 # The sidecar runs outside the sandbox and reads what the rank sends: every frame is capped
@@ -200,14 +201,23 @@ class SidecarWork(dist.Work):
         super().__init__()
         self.client, self.work_id, self.targets = client, work_id, list(targets)
         self.done = client is None
+        self.source: int | None = None  # a receive from any source: who sent (group rank)
 
     def wait(self, timeout: timedelta = timedelta(0)) -> bool:
         if not self.done and self.client is not None:
-            _, payload = self.client.call({"op": "wait", "id": self.work_id})
+            reply, payload = self.client.call({"op": "wait", "id": self.work_id})
             if self.targets:
                 _fill(self.targets, payload)
+            if "source" in reply:
+                self.source = int(reply["source"])
             self.done = True
         return True
+
+    def _source_rank(self) -> int:
+        self.wait()
+        if self.source is None:
+            raise RuntimeError("sidecar transport: not a receive from any source")
+        return self.source
 
     def is_completed(self) -> bool:
         return self.done
@@ -262,6 +272,11 @@ class SidecarGroup(dist.ProcessGroup):
 
     def recv(self, tensors: list[torch.Tensor], src: int, tag: int) -> SidecarWork:
         return self._post({"op": "recv", "peer": src, "tag": tag,
+                           "tensors": _describe(tensors)}, (), tensors)
+
+    def recv_anysource(self, tensors: list[torch.Tensor], tag: int) -> SidecarWork:
+        """`dist.recv(t)` / `dist.irecv(t)` with no source: whoever sends first."""
+        return self._post({"op": "recv", "peer": ANY_SOURCE, "tag": tag,
                            "tensors": _describe(tensors)}, (), tensors)
 
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> SidecarWork:  # type: ignore[override]
@@ -327,6 +342,23 @@ def connect_rank(path: str, token: str) -> None:
 
     if BACKEND not in dist.Backend.backend_list:
         dist.Backend.register_backend(BACKEND, create, extended_api=True, devices=["cpu"])
+    _answer_as_gloo()
+
+
+def _answer_as_gloo() -> None:
+    """`dist.get_backend()` says "gloo" for the sidecar backend: the transport carries gloo's
+    own operations, and code under test may branch on the backend's name (cpu for gloo)."""
+    real = dist.distributed_c10d.get_backend
+    if getattr(real, "_sidecar_shim", False):
+        return
+
+    def get_backend(group: Any = None) -> Any:
+        name = real(group)
+        return dist.Backend("gloo") if name == BACKEND else name
+
+    get_backend._sidecar_shim = True  # type: ignore[attr-defined]
+    dist.get_backend = get_backend  # type: ignore[assignment]
+    dist.distributed_c10d.get_backend = get_backend  # type: ignore[assignment]
 
 
 def mark(label: str) -> None:
@@ -357,6 +389,7 @@ class _Sidecar:
         self.groups: dict[str, tuple[Any, tuple[int, ...]]] = {}
         self.works: dict[int, tuple[Any, list[torch.Tensor]]] = {}  # posted, not waited for
         self.recv_ids: dict[int, bool] = {}
+        self.any_ids: set[int] = set()  # receives from any source, posted and not waited for
         self.records: list[WireRecord] = []
 
     def _group(self, header: dict[str, Any]) -> tuple[Any, tuple[int, ...]]:
@@ -386,7 +419,9 @@ class _Sidecar:
         if op == "wait":
             work, tensors = self.works.pop(int(header["id"]))
             work.wait()
-            return {}, tensors if self.recv_ids.pop(int(header["id"]), False) else []
+            reply = {"source": work._source_rank()} if int(header["id"]) in self.any_ids else {}
+            self.any_ids.discard(int(header["id"]))
+            return reply, tensors if self.recv_ids.pop(int(header["id"]), False) else []
         pending = sum(t.nbytes for _, held in self.works.values() for t in held)
         if len(self.works) >= MAX_PENDING or pending > MAX_PAYLOAD_BYTES:
             raise ValueError(f"{len(self.works)} operations ({pending} bytes) posted and not "
@@ -395,11 +430,17 @@ class _Sidecar:
         tensors = _tensors_from(header.get("tensors", []), payload)
         if op in ("send", "recv"):
             local = int(header["peer"])
-            self._log(header, op, ranks, tensors, peer=ranks[local])
-            if op == "send":
-                work = pg.send(tensors, local, int(header["tag"]))
+            if op == "recv" and local == ANY_SOURCE:  # logged as the rank's log has it
+                self._log(header, op, ranks, tensors, peer=None)
+                work = pg.recv_anysource(tensors, int(header["tag"]))
+                self.any_ids.add(int(header["id"]))
             else:
-                work = pg.recv(tensors, local, int(header["tag"]))
+                self._log(header, op, ranks, tensors, peer=ranks[local])
+                if op == "send":
+                    work = pg.send(tensors, local, int(header["tag"]))
+                else:
+                    work = pg.recv(tensors, local, int(header["tag"]))
+            if op == "recv":
                 self.recv_ids[int(header["id"])] = True
             self.works[int(header["id"])] = (work, tensors)
             return {}, []

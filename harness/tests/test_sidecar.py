@@ -148,3 +148,37 @@ def test_the_sidecar_refuses_frames_and_tensors_over_its_caps():
         sidecar._checked([{"shape": [1], "dtype": "float32"}] * 2000)
     assert sidecar._checked([{"shape": [2, 3], "dtype": "bfloat16"}]) == [([2, 3],
                                                                            torch.bfloat16)]
+
+
+def any_source_and_backend(ctx):
+    """What a correct student ring may also use: a receive with no source, batched p2p ops,
+    objects, and the backend's name."""
+    rank, world = ctx.rank, ctx.world_size
+    got = torch.empty(2)
+    if rank == 0:
+        dist.send(torch.tensor([7.0, 8.0]), 1)
+        source = None
+    elif rank == 1:
+        source = dist.recv(got)
+    else:
+        source = None
+    mine, theirs = torch.full((3,), float(rank)), torch.empty(3)
+    ops = [dist.P2POp(dist.isend, mine, (rank + 1) % world),
+           dist.P2POp(dist.irecv, theirs, (rank - 1) % world)]
+    for work in dist.batch_isend_irecv(ops):
+        work.wait()
+    objects = [None] * world
+    dist.all_gather_object(objects, {"rank": rank})
+    return {"source": source, "got": got, "theirs": theirs, "objects": objects,
+            "backend": str(dist.get_backend())}
+
+
+def test_a_correct_ring_may_receive_from_any_source_and_see_gloo():
+    """The transport must be invisible to correct code: a receive with no source returns the
+    sender, batched isend/irecv work, and `dist.get_backend()` still says "gloo"."""
+    result = launch(any_source_and_backend, 3, backend="gloo", transport="sidecar", timeout=60)
+    assert result.values[1]["source"] == 0 and result.values[1]["got"].tolist() == [7.0, 8.0]
+    for rank, value in enumerate(result.values):
+        assert value["theirs"].tolist() == [float((rank - 1) % 3)] * 3
+        assert value["objects"] == [{"rank": r} for r in range(3)]
+        assert value["backend"] == "gloo"
