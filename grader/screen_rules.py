@@ -16,10 +16,10 @@ Rules (`RULES`), each a set of dotted names resolved through the module's own im
                          tensors and stores (torch.from_file, .from_file, FileStore)
     no-environment       os.environ, os.getenv, ...
     no-course-internals  grader.*, solutions.*, harness.* other than harness.graphs
-    kernel-wrappers      in a module that imports triton: torch names other than allocation,
-                         dtypes and device queries; numpy; reading tensor data into Python
-                         (.tolist(), .numpy(), .data_ptr(), storages, .apply_(), ...);
-                         grader/screen_kernels.py
+    kernel-wrappers      in a module that imports triton: torch's compilers, tracers and
+                         dispatch internals (torch.compile, torch.jit, torch.utils, ...);
+                         numpy; reading tensor data into Python (.tolist(), .numpy(),
+                         .data_ptr(), storages, .apply_(), ...); grader/screen_kernels.py
     syntax               the module does not parse
 
 An assignment may allow names or whole rules in the manifest: `screen_allow = ["os.environ"]`

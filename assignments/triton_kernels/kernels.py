@@ -7,8 +7,10 @@ kernels. The graders run every wrapper under `harness.compute_guard.ComputeGuard
 a call that computes with torch (`torch.softmax`, `@`, `.exp()`, `+`, `.sum()`, indexing a
 float tensor with a tensor, ...). A wrapper may: allocate (`torch.empty`, `torch.empty_like`,
 `torch.zeros`, ...), read shapes and strides, make views (`view`, `reshape`, `transpose`,
-`.t()`), copy (`.contiguous()`, `.to(dtype)`), do integer bookkeeping on integer tensors, and
-launch kernels (README §8).
+`.t()`), copy (`.contiguous()`, `.to(dtype)`), do integer bookkeeping on integer tensors
+(read integers with `int(t)` or `.item()`), and launch kernels. numpy, `.tolist()`,
+`.numpy()`, storages and torch's compilers (`torch.compile`, `torch.jit`, ...) are rejected
+before anything runs (README §8).
 
 On a machine without a GPU the tests run your kernels in Triton's interpreter:
 `TRITON_INTERPRET=1` in the environment before the kernels are defined, and CPU tensors
