@@ -33,6 +33,7 @@ from harness import proctree
 from harness.impl import REPO_ROOT
 
 CORPUS = REPO_ROOT / "grader" / "tests" / "adversarial"
+INDEPENDENT = REPO_ROOT / "grader" / "tests" / "independent"  # correct, not the reference
 ASSIGNMENT = "ring_allreduce"
 CANARY = "ghp_adversarialCanary0123456789"
 CANARY_ENV = ("GITHUB_TOKEN", "ACTIONS_RUNTIME_TOKEN", "ACTIONS_ID_TOKEN_REQUEST_TOKEN",
@@ -125,7 +126,7 @@ def _materialise(case: Case, workdir: Path) -> Path:
     submission = workdir / "submission"
     shutil.copytree(case.folder / "submission", submission)
     if case.assignment == ASSIGNMENT:
-        shutil.copy(CORPUS / "honest_ring.py", submission / ASSIGNMENT / "_honest.py")
+        shutil.copy(INDEPENDENT / ASSIGNMENT / "ring.py", submission / ASSIGNMENT / "_honest.py")
     os.chmod(workdir, 0o755)
     for path in [submission, *submission.rglob("*")]:
         os.chmod(path, 0o755 if path.is_dir() else 0o644)

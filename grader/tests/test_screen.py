@@ -35,8 +35,8 @@ def test_every_solution_and_stub_passes(kind, assignment):
 @pytest.mark.parametrize("case", [c for c in adversarial.cases() if not c.screen],
                          ids=lambda c: c.name)
 def test_honest_and_unscreened_corpus_submissions_pass(case, tmp_path):
-    # the independent correct ring (case 00, honest_ring.py) and the attacks the screen does not
-    # claim to catch: their submissions, as graded, pass
+    # the independent correct ring (case 00; grader/tests/independent/ring_allreduce/ring.py)
+    # and the attacks the screen does not claim to catch: their submissions, as graded, pass
     assert adversarial.screen_problems(case, adversarial._materialise(case, tmp_path)) == []
 
 

@@ -1,7 +1,8 @@
-"""An independent, correct ring_allreduce (not the reference): the corpus's honest baseline.
+"""An independent, correct ring_allreduce (not the reference), written from the stub's docstrings.
 
-Copied next to each adversarial submission as `ring_allreduce/_honest.py`, so a case can be
-"correct code plus an attack". It also shows the suites accept an implementation other than the
+`selfcheck` grades it and requires every graded test to pass; the attack corpus copies it next
+to each adversarial submission as `ring_allreduce/_honest.py`, so a case can be "correct code
+plus an attack". It also shows the suites accept an implementation other than the
 reference: it batches each step's send and receive instead of ordering them by parity.
 """
 
