@@ -23,7 +23,7 @@ ASSIGNMENTS = sorted(p.name for p in INDEPENDENT.iterdir() if p.is_dir()
 
 
 def test_there_are_independent_implementations():
-    assert {"ppo", "ring_allreduce", "triton_kernels"} <= set(ASSIGNMENTS)
+    assert {"paged_kv", "ppo", "ring_allreduce", "triton_kernels"} <= set(ASSIGNMENTS)
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
