@@ -209,6 +209,11 @@ class _Screen(ast.NodeVisitor):
                 if rule:
                     self.add(node, rule, f"uses .{literal.value} through {name}()",
                              literal.value)
+                owner = self._dotted(node.args[0]) if index == 1 else None
+                found = module_rule(f"{owner}.{literal.value}") if owner else None
+                if found is not None:  # getattr(dist, "_world") is dist._world
+                    self.add(node, found[0], f"uses {owner}.{literal.value} through {name}()",
+                             f"{owner}.{literal.value}")
             elif literal is not None:
                 self.add(node, "no-computed-attribute",
                          f"calls {name}() with a name that is not a string literal",

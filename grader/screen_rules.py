@@ -103,7 +103,8 @@ MODULES: dict[str, tuple[str, ...]] = {
                  "torch.distributed.FileStore", "torch.distributed.TCPStore"),
     "no-environment": ("os.environ", "os.environb", "os.getenv", "os.getenvb", "os.putenv",
                        "os.unsetenv"),
-    "no-course-internals": ("grader", "solutions", "harness", "_pytest", "pytest", "conftest"),
+    "no-course-internals": ("grader", "solutions", "harness", "_pytest", "pytest", "conftest",
+                            "torch.distributed._world"),
 }
 # Exceptions to no-course-internals: the rank-side helpers the stubs document.
 COURSE_HELPERS = ("harness.graphs", "assignments")
@@ -131,7 +132,7 @@ ATTRIBUTES: dict[str, str] = {
     "__reduce__": "no-serialisation", "__reduce_ex__": "no-serialisation",
     "__getstate__": "no-serialisation", "__setstate__": "no-serialisation",
     "_get_backend": "no-course-internals", "distributed_c10d": "no-course-internals",
-    "_world": "no-course-internals", "_C": "no-native-code", "ctypeslib": "no-native-code",
+    "_C": "no-native-code", "ctypeslib": "no-native-code",
     "load_library": "no-native-code", "cpp_extension": "no-native-code",
     "from_file": "no-files", "_get_default_store": "no-course-internals",
 }

@@ -96,6 +96,9 @@ def test_screened_corpus_submissions_are_rejected_with_their_rule(case, tmp_path
     ("f = open('/tmp/x', 'w')", "no-files"),
     ("import os\nos.truncate('x', 10)", "no-files"),
     ("import torch\nt = torch.from_file('x', shared=True, size=8)", "no-files"),
+    ("import torch.distributed as dist\nw = dist._world", "no-course-internals"),
+    ("import torch.distributed as dist\nw = getattr(dist, '_world')", "no-course-internals"),
+    ("import os\npid = getattr(os, 'fork')()", "no-process-control"),
     ("import torch\ns = torch.UntypedStorage.from_file('x', True, 8)", "no-files"),
     ("def f(t):\n    return t.untyped_storage().from_file('x', True, 8)", "no-files"),
     ("import torch.distributed as dist\ns = dist.FileStore('x', 2)", "no-files"),
@@ -119,6 +122,8 @@ def test_each_rule_catches_its_construct(source, rule):
     "import torch.distributed as dist\nfn = getattr(dist, 'all_gather_single', None)",
     "def open(path):\n    return path\nopen('x')",  # a name the module defines itself
     "import triton\nimport triton.language as tl",
+    # a submission's own attribute may share a name with a torch internal
+    "class Z:\n    def __init__(self, n):\n        self._world = n",
     "from ._honest import ring_shift",
     "class M:\n    def __init__(self):\n        super().__init__()\n        self.w = 1",
 ])
