@@ -37,8 +37,10 @@ from grader.results import NOT_GRADED_HERE
 from harness.impl import IMPL_HELP, REPO_ROOT, ImplSpec
 
 # The plugins this one loads: the static screen of the code under test, a 0-point test per
-# assignment (grader/screen.py); per-test outcomes into the results file; the fixtures.
-pytest_plugins = ["grader.screen_plugin", "grader.plugin_results", "grader.plugin_launch"]
+# assignment (grader/screen.py); per-test outcomes into the results file; the fixtures; the
+# selfcheck's coverage-guided grading of variants.
+pytest_plugins = ["grader.screen_plugin", "grader.plugin_results", "grader.plugin_launch",
+                  "grader.plugin_coverage"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -31,6 +31,7 @@ class TestOutcome:
     margin: float | None = None  # worst observed error / tolerance of its comparisons
     margin_at: str = ""  # which comparison that was
     exercises: tuple[str, ...] = ()  # the public names it calls (@pytest.mark.exercises)
+    inferred: bool = False  # not run: the reference's outcome (grader/plugin_coverage.py)
 
     def result(self) -> TestResult:
         return TestResult(
@@ -38,7 +39,7 @@ class TestOutcome:
             visibility=self.visibility, points=self.points, outcome=self.outcome,
             reason=self.reason, not_implemented=self.not_implemented,
             not_graded_here=self.not_graded_here, duration=self.duration, margin=self.margin,
-            margin_at=self.margin_at, exercises=self.exercises)
+            margin_at=self.margin_at, exercises=self.exercises, inferred=self.inferred)
 
 
 @dataclass
@@ -71,6 +72,7 @@ class SessionState:
 STATE = pytest.StashKey[SessionState]()
 PLUGIN_LOADED = time.perf_counter()  # the session's clock: timings are measured from here
 NOT_RUN = "not run: this implementation already failed"
+INFERRED = "not run: it ran none of the code this variant changes (the reference's outcome)"
 LAUNCH_CLOCK: dict[str, float] = {}  # seconds in launches since the last report (the fixture)
 
 

@@ -60,6 +60,9 @@ class TestResult:
     # The public names of the module under test the test calls (@pytest.mark.exercises):
     # selfcheck's partial-credit check holds each test to them.
     exercises: tuple[str, ...] = ()
+    # Selfcheck only: not run for this variant, since it ran none of the code the variant
+    # changes; the outcome is the reference's (grader/plugin_coverage.py).
+    inferred: bool = False
 
     @property
     def passed(self) -> bool:
@@ -307,6 +310,10 @@ def _test(item: Any, where: str) -> TestResult:
     if not isinstance(exercises, list) or not all(isinstance(e, str) for e in exercises):
         raise ResultsError(f"{where}.exercises: expected a list of names, got {exercises!r}")
     values["exercises"] = tuple(exercises)
+    inferred = item.get("inferred", False)  # optional: selfcheck's variants only
+    if not isinstance(inferred, bool):
+        raise ResultsError(f"{where}.inferred: expected a bool, got {inferred!r}")
+    values["inferred"] = inferred
     return TestResult(**values)
 
 

@@ -53,6 +53,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
+from harness import calltrace
 from harness.errors import NotImplementedInRank, RankFailure, RankTimeout
 
 __all__ = ["Memo", "RankCase", "capture", "case_value", "case_values", "plain", "run_cases"]
@@ -384,6 +385,7 @@ class Memo:
     def __init__(self, *, explain: Callable[[AssertionError], AssertionError] | None = None,
                  hang_timeout: float | None = None) -> None:
         self._outcomes: dict[Hashable, Any] = {}
+        self._ran: dict[Hashable, calltrace.Coverage] = {}
         self._explain = explain
         self._hang_timeout = hang_timeout
         self.seen_timeout = False
@@ -396,11 +398,15 @@ class Memo:
 
     def get(self, key: Hashable, make: Callable[[], T]) -> T:
         if key not in self._outcomes:
-            try:
-                self._outcomes[key] = make()
-            except AssertionError as exc:
-                self.seen_timeout |= isinstance(exc, RankTimeout)
-                self._outcomes[key] = self._explain(exc) if self._explain else exc
+            with calltrace.collecting() as ran:
+                try:
+                    self._outcomes[key] = make()
+                except AssertionError as exc:
+                    self.seen_timeout |= isinstance(exc, RankTimeout)
+                    self._outcomes[key] = self._explain(exc) if self._explain else exc
+            self._ran[key] = ran
+        else:  # what the launch ran counts for every test that reuses it (selfcheck's coverage)
+            calltrace.report(self._ran[key])
         outcome = self._outcomes[key]
         if isinstance(outcome, AssertionError):
             raise outcome

@@ -124,10 +124,16 @@ def collect_stacks(procs: list[Any], jobs: list[RankJob], live: set[int]) -> dic
 
 
 def timeout_error(fn_name: str, timeout: float, stacks: dict[int, str],
-                  world_size: int) -> RankTimeout:
-    """The RankTimeout of a launch: where each rank was (summary first, then whole stacks)."""
-    lines = [f"{fn_name} did not finish within {timeout:g} s on {world_size} rank(s) "
-             f"(deadlock or endless loop?); where each rank was:"]
+                  world_size: int, stalled_s: float | None = None) -> RankTimeout:
+    """The RankTimeout of a launch: where each rank was (summary first, then whole stacks).
+    `stalled_s`: the launch was found hung before its limit (harness/stall.py)."""
+    if stalled_s is None:
+        why = "(deadlock or endless loop?)"
+    else:
+        why = (f"(a deadlock: every rank has been asleep for {stalled_s:g} s, using almost no "
+               f"CPU, each waiting for something no rank will do)")
+    lines = [f"{fn_name} did not finish within {timeout:g} s on {world_size} rank(s) {why}; "
+             f"where each rank was:"]
     for r, text in stacks.items():
         lines.append(f"  rank {r}: {summarize_stack(text)}")
     for r, text in stacks.items():

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from harness import cgroups, failures, forkserver, payload, procfs, proctree
+from harness import calltrace, cgroups, failures, forkserver, payload, procfs, proctree
 from harness.commlog import CommRecord, Forbid
 from harness.errors import ForbiddenCallError, PayloadError, SurvivorError
 from harness.forkserver import configure, mp_context, preload
@@ -41,6 +41,7 @@ from harness.sidecar import (
     new_token,
 )
 from harness.sidecar import server as sidecar_server
+from harness.stall import StallWatch
 
 __all__ = ["LaunchResult", "configure", "launch", "mp_context", "preload", "resolve_backend",
            "set_rank_threads"]
@@ -167,7 +168,8 @@ def launch(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] =
                         fn_bytes=fn_bytes, args_bytes=args_bytes, rank_args_bytes=own_args[r],
                         uid=uids[r], private_memory=bool(wrapper and wrapper.private_memory),
                         env={**forkserver.rank_env(), **(env or {})}, threads=_rank_threads,
-                        transport=transport, sidecar_token=tokens[r])
+                        transport=transport, sidecar_token=tokens[r],
+                        trace_prefix=spec.root if spec.text == calltrace.traced_impl() else "")
                 for r in range(world_size)]
         if transport == "sidecar":  # started while the ranks start: a rank waits for its own
             sidecar_server()  # on this thread: the server dies with the thread that started it
@@ -177,7 +179,10 @@ def launch(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] =
         if starting is not None:
             sidecars = starting.result()
         written = _watch(procs, jobs, started + timeout, timeout, qualname,
-                         limited=wrapper is not None, group=group)
+                         limited=wrapper is not None, group=group,
+                         helpers=sidecars.pids if sidecars is not None else (),
+                         # A GPU wait may sleep without CPU: only CPU launches are watched.
+                         watch_stalls=chosen_backend == "gloo" and not torch.cuda.is_available())
         results = [payload.load(job.path("result.pt"), max_result_bytes,
                                 who=f"rank {job.rank} of {world_size}") for job in jobs]
         wire = sidecars.records() if sidecars is not None else None
@@ -197,6 +202,10 @@ def launch(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] =
         with _lock:
             _live_ranks.difference_update(proc.pid for proc in procs)
         survivors = _end_survivors(group)
+        if spec.text == calltrace.traced_impl():
+            calltrace.report(calltrace.read_ranks(
+                os.path.join(workdir, f"rank{r}", f"rank{r}.calls.json")
+                for r in range(world_size)))
         shutil.rmtree(workdir, ignore_errors=True)
         if survivors and not failed:
             raise _survivor_error(survivors, qualname)
@@ -404,8 +413,11 @@ def _finish_rank(job: RankJob, pid: int) -> int | None:
 
 def _watch(procs: list[Any], jobs: list[RankJob], deadline: float, timeout: float,
            fn_name: str, *, limited: bool,
-           group: cgroups.LaunchGroup | None = None) -> list[int | None]:
-    """Wait for every rank; raise on the first failure, exit without result, or timeout.
+           group: cgroups.LaunchGroup | None = None,
+           helpers: Sequence[int] = (), watch_stalls: bool = True) -> list[int | None]:
+    """Wait for every rank; raise on the first failure, exit without result, or timeout — or
+    as soon as every rank still running (and every helper process, `helpers`: the sidecars)
+    is found hung (harness/stall.py).
 
     A rank that returned writes its result and stops itself; only then does it count as done
     (a rank that merely exits, even after forging a result file, has not returned). Returns the
@@ -414,12 +426,16 @@ def _watch(procs: list[Any], jobs: list[RankJob], deadline: float, timeout: floa
     world_size = len(procs)
     pending = {proc.sentinel: r for r, proc in enumerate(procs)}
     written: list[int | None] = [None] * world_size
+    stall = StallWatch()
     while pending:
         remaining = deadline - time.monotonic()
-        if remaining <= 0:
+        hung = watch_stalls and stall.stalled([procs[r].pid for r in pending.values()]
+                                              + list(helpers))
+        if remaining <= 0 or hung:
             live = set(pending.values())
             stacks = failures.collect_stacks(procs, jobs, live)
-            raise failures.timeout_error(fn_name, timeout, stacks, world_size)
+            raise failures.timeout_error(fn_name, timeout, stacks, world_size,
+                                         stalled_s=stall.after if hung else None)
         for sentinel, r in list(pending.items()):
             if os.path.exists(jobs[r].path("result.pt")) and procfs.is_stopped(procs[r].pid):
                 written[r] = _finish_rank(jobs[r], procs[r].pid)

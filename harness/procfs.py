@@ -62,6 +62,29 @@ def is_stopped(pid: int) -> bool:
     return bool(fields) and fields[0] in ("T", "t")
 
 
+def activity(pid: int) -> tuple[int, bool] | None:
+    """(CPU clock ticks its threads have used, whether one of them is running or waiting for
+    the disk right now) of `pid`; None when it is gone or /proc is missing."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    ticks, busy = 0, False
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/stat", "rb") as f:
+                stat = f.read().decode(errors="replace")
+        except OSError:
+            continue  # a thread that just ended
+        fields = stat[stat.rfind(")") + 2:].split()
+        try:
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime
+        except (IndexError, ValueError):
+            continue
+        busy |= fields[0] in ("R", "D")
+    return ticks, busy
+
+
 def written_bytes(pid: int) -> int | None:
     """Bytes `pid` has written through write-like system calls (sockets and files), per the
     kernel — the code under test cannot hide from or edit this count. None without /proc."""

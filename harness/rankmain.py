@@ -32,7 +32,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from harness import payload
+from harness import calltrace, payload
 from harness.commlog import CommLog, Forbid
 from harness.context import RankContext
 from harness.errors import ForbiddenCallError
@@ -70,6 +70,7 @@ class RankJob:
     threads: int = 1  # torch intra-op threads; selfcheck's margin runs also try 2
     transport: str = "in-rank"  # or "sidecar": harness/sidecar.py carries the traffic
     sidecar_token: str = field(default="", repr=False)  # presented to this rank's sidecar
+    trace_prefix: str = ""  # selfcheck's coverage: record the functions run from this folder
 
     def path(self, suffix: str) -> str:
         return os.path.join(self.workdir, f"rank{self.rank}.{suffix}")
@@ -175,8 +176,18 @@ def _run(job: RankJob) -> tuple[Any, CommLog]:
     if job.rank_args_bytes is not None:
         args = tuple(args) + tuple(torch.load(io.BytesIO(job.rank_args_bytes),
                                               weights_only=False))
+    if job.trace_prefix:
+        calltrace.start(job.trace_prefix)
     value = fn(ctx, *args, **kwargs)
     return value, log
+
+
+def _save_calls(job: RankJob) -> None:
+    if job.trace_prefix:
+        try:
+            calltrace.save(job.path("calls.json"))
+        except OSError:
+            pass  # the parent then counts this launch's coverage as incomplete
 
 
 _HARNESS_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -217,6 +228,7 @@ def rank_entry(job: RankJob) -> None:
     status = 0
     try:
         value, log = _run(job)
+        _save_calls(job)
         value = payload.to_plain(value, "result")
         records = [r.to_plain() for r in log.records]
         payload.dump({"value": value, "comm": records}, job.path("result.pt"),
@@ -230,6 +242,7 @@ def rank_entry(job: RankJob) -> None:
         os.kill(os.getpid(), signal.SIGSTOP)
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the parent as text
         status = 1
+        _save_calls(job)
         try:
             _write_error(job, exc)
         except BaseException:  # noqa: BLE001

@@ -113,6 +113,7 @@ class Variants:
     folder: Path
     names: list[str] = field(default_factory=list)
     dependants: dict[str, set[str]] = field(default_factory=dict)
+    modules: dict[str, str] = field(default_factory=dict)  # public name -> its module
 
     def path(self, name: str) -> Path:
         return self.folder / name
@@ -140,6 +141,7 @@ def make_variants(assignment: Assignment, root: Path) -> Variants:
                 text = stubbed_source(source, name) if other == module else source
                 (target / f"{other}.py").write_text(text, encoding="utf-8")
             variants.names.append(name)
+            variants.modules[name] = module
             variants.dependants[name] = dependants(sources, name)
     return variants
 

@@ -305,7 +305,10 @@ def _record(job: Job, session: Session, checks: dict[str, Verdict], course: Cour
     status = "ok" if not breaches else f"BREACH: {breaches[0]}"
     if job.kind == "mutant" and caught:
         status = caught.split(": ", 1)[1]
-    return f"{job.label}: {status} ({session.wall_s:.1f} s)"
+    inferred = sum(t.inferred for t in session.result.tests) if session.result else 0
+    taken = f"; {inferred} test(s) not rerun, as they ran none of what it changes" \
+        if inferred else ""
+    return f"{job.label}: {status} ({session.wall_s:.1f} s{taken})"
 
 
 def _table(verdicts: dict[str, dict[str, Verdict]]) -> str:

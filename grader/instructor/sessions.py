@@ -10,6 +10,8 @@ gives one session per implementation (the old way, kept for `python -m grader be
 
 from __future__ import annotations
 
+import json
+import tempfile
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
@@ -18,6 +20,7 @@ from pathlib import Path
 from grader.instructor.partial import (
     Variants,
 )
+from grader.instructor.variant_changes import mutant_changes, stub_changes
 from grader.manifest import Course
 from grader.results import RunResult
 from grader.runner import Session, run_session, stop_all_sessions, suite_paths
@@ -40,6 +43,11 @@ class Job:
     paths: tuple[Path | str, ...]  # suite files, or (margin runs) node ids
     variation: tuple[int, int] = (0, 1)  # (seed shift, torch threads per rank)
     subject: str = ""
+    # The solution's functions this variant changes (`module:qualname`), read statically;
+    # None: it may change anything. With the solution in its session, a test that ran none of
+    # them there is not run again (grader/plugin_coverage.py).
+    changes: tuple[str, ...] | None = None
+    always: tuple[str, ...] = ()  # public names whose tests always run for it
 
     @property
     def label(self) -> str:
@@ -85,14 +93,20 @@ def plan(course: Course, ids: list[str], root: Path, suites: Path | None,
                 found = (variants or {}).get(assignment.id)
                 if found is not None:
                     jobs += [Job(assignment.id, "partial", resolve_impl(str(found.path(name))),
-                                 paths, subject=name) for name in found.names]
+                                 paths, subject=name,
+                                 changes=stub_changes(found.modules[name], name),
+                                 always=tuple(sorted({name} | found.dependants[name])))
+                             for name in found.names]
             elif kind == "margin":
                 jobs += [Job(assignment.id, "margin", resolve_impl("solutions", root), paths,
                              variation) for variation in MARGIN_RUNS]
             elif kind == "mutant":
+                solution_dir = root / "solutions" / assignment.id
                 jobs += [
                     Job(assignment.id, "mutant",
-                        resolve_impl(f"mutant:{assignment.id}/{name}", root), paths)
+                        resolve_impl(f"mutant:{assignment.id}/{name}", root), paths,
+                        changes=mutant_changes(solution_dir / "mutants" / f"{name}.py",
+                                               solution_dir))
                     for name in mutant_names(assignment.id, root)
                 ]
             else:
@@ -228,6 +242,21 @@ def narrow_to_margins(batch: Batch, solution: RunResult | None) -> Batch | None:
     return Batch(tuple(job for job in jobs if job is not None))
 
 
+def coverage_plan(batch: Batch, path: Path) -> tuple[str, ...]:
+    """Write the session's coverage plan (grader/plugin_coverage.py) to `path` and return the
+    pytest arguments that use it: the solution is traced, and each variant that says what it
+    changes skips the tests that ran none of it. () when the batch has no solution first."""
+    if not batch.jobs or batch.jobs[0].kind != "solution":
+        return ()
+    variants = {job.impl.argument: {"changed": list(job.changes), "always": list(job.always)}
+                for job in batch.jobs[1:] if job.changes is not None}
+    if not variants:
+        return ()
+    path.write_text(json.dumps({"trace": batch.jobs[0].impl.argument, "variants": variants}),
+                    encoding="utf-8")
+    return ("--coverage-plan", str(path))
+
+
 def run_batch(batch: Batch, *, timeout: float, root: Path, suites: Path | None
               ) -> list[tuple[Job, Session]]:
     """Run one session for the batch; each job's view of it, with the session's wall time
@@ -245,8 +274,11 @@ def run_batch(batch: Batch, *, timeout: float, root: Path, suites: Path | None
         views = [session.for_assignment(job.assignment) for job in batch.jobs]
     else:
         stop = [job.impl for job in batch.jobs if job.kind == "mutant"]
-        session = run_session(first.paths, [job.impl for job in batch.jobs], stop_first=stop,
-                              timeout=more, root=root, suites=suites, extra=first.extra_args)
+        with tempfile.TemporaryDirectory(prefix="mlsys-plan-") as tmp:
+            extra = first.extra_args + coverage_plan(batch, Path(tmp) / "plan.json")
+            session = run_session(first.paths, [job.impl for job in batch.jobs],
+                                  stop_first=stop, timeout=more, root=root, suites=suites,
+                                  extra=extra)
         views = [session.for_impl(job.impl) for job in batch.jobs]
     spent = [view.result.duration if view.result else 0.0 for view in views]
     overhead = max(session.wall_s - sum(spent), 0.0)

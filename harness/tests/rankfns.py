@@ -206,3 +206,16 @@ def forge_hostile_result(ctx, kind):
     torch.save({"value": value, "comm": []}, os.path.join(workdir, f"rank{ctx.rank}.result.pt"))
     os.kill(os.getpid(), signal.SIGSTOP)  # look like a rank that returned
     return "unreachable"
+
+
+def slow_sender(ctx, seconds):
+    """Rank 1 computes for `seconds`, then sends; rank 0 waits for it in recv."""
+    t = torch.zeros(1)
+    if ctx.rank == 1:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            t += 0.0
+        dist.send(t + 1, dst=0)
+        return None
+    dist.recv(t, src=1)
+    return float(t)

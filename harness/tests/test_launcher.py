@@ -18,6 +18,7 @@ from harness import (
     launch,
 )
 from harness.launcher import resolve_backend
+from harness.stall import STALL_AFTER_S, StallWatch
 from harness.tests import rankfns
 from harness.tests.conftest_helpers import alive, rank_processes
 
@@ -212,3 +213,31 @@ def test_preload_imports_once_in_the_forkserver_and_only_before_it_starts():
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split() == ["True", "False"]
+
+
+def test_a_deadlock_is_reported_long_before_the_limit():
+    """Every rank asleep in recv, using almost no CPU: hung, said after STALL_AFTER_S."""
+    start = time.monotonic()
+    with pytest.raises(RankTimeout) as info:
+        launch(rankfns.deadlock, world_size=2, timeout=60)
+    took = time.monotonic() - start
+    assert took < STALL_AFTER_S + 10, f"took {took:.1f} s of a 60 s limit"
+    first = str(info.value).splitlines()[0]
+    assert "did not finish within 60 s" in first and "deadlock" in first
+    assert "asleep" in first and set(info.value.stacks) == {0, 1}
+
+
+def test_a_rank_that_computes_while_the_other_waits_is_not_hung():
+    """Rank 1 spins past STALL_AFTER_S while rank 0 waits for it in recv: no stall."""
+    values = launch(rankfns.slow_sender, world_size=2, args=(STALL_AFTER_S + 2,),
+                    timeout=60).values
+    assert values == [1.0, None]
+
+
+def test_the_stall_watch_wants_a_whole_idle_window():
+    watch = StallWatch(after=0.3, every=0.0)
+    own = os.getpid()  # this test's process runs while it samples itself: never idle
+    deadline = time.monotonic() + 0.6
+    while time.monotonic() < deadline:
+        assert not watch.stalled([own])
+    assert not StallWatch(after=0.0, every=0.0).stalled([])  # nothing left to watch

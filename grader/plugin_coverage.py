@@ -1,0 +1,152 @@
+"""Coverage-guided grading of variants: a test that cannot tell a variant from the reference is
+not run again for it (selfcheck only).
+
+Selfcheck grades an assignment's solution and many variants of it in one session: the solution
+with one public name stubbed (the partial-credit check) and hand-written mutants. A variant
+differs from the solution in a few functions; a test whose ranks never ran any of them under the
+solution (`harness.calltrace`) runs the same code under the variant, so its outcome is the
+solution's. `--coverage-plan PATH` names, in JSON,
+
+    {"trace": "<--impl of the reference>",
+     "variants": {"<--impl of a variant>": {"changed": ["ring:ring_shift", ...],
+                                            "always": ["ring_shift", ...]}}}
+
+`changed`: the functions the variant changes (`module:qualname` or a bare qualname; a class
+stands for its methods). `always`: public names whose tests always run for it (those that
+declare them in `@pytest.mark.exercises`), whatever they ran. A variant's test is inferred —
+reported passed, with `inferred` set, without running — only when the reference ran first in
+this process and passed it, its ranks' record is complete, it ran none of `changed`, and it
+declares none of `always`. Anything else runs as usual, so under xdist (another process may
+hold the reference's run) nothing is inferred that is not known here.
+
+Loaded by `grader/plugin.py` (`pytest_plugins`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from grader.plugin_state import INFERRED, STATE
+from harness import calltrace
+
+
+@dataclass(frozen=True)
+class VariantPlan:
+    changed: tuple[str, ...]
+    always: frozenset[str]
+
+
+@dataclass
+class CoveragePlan:
+    """The plan of `--coverage-plan`, and what the reference's tests ran (by base node id)."""
+
+    trace_label: str
+    variants: dict[str, VariantPlan]  # implementation label -> its plan
+    ran: dict[str, calltrace.Coverage] = field(default_factory=dict)
+
+
+PLAN = pytest.StashKey[CoveragePlan]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.getgroup("mlsys").addoption(
+        "--coverage-plan", default=None, metavar="PATH",
+        help="selfcheck: JSON naming the reference --impl to trace and, per variant --impl, "
+             "the functions it changes; a variant's test that ran none of them under the "
+             "reference is not rerun (grader/plugin_coverage.py)")
+
+
+def load_plan(path: Path, labels: dict[str, str]) -> CoveragePlan:
+    """Read the plan; `labels` maps each --impl argument of the session to its test-id label.
+    Raises pytest.UsageError naming what is wrong."""
+    try:
+        data: Any = json.loads(path.read_text(encoding="utf-8"))
+        trace = labels[data["trace"]]
+        variants = {labels[arg]: VariantPlan(tuple(str(c) for c in spec["changed"]),
+                                             frozenset(str(a) for a in spec.get("always", ())))
+                    for arg, spec in data.get("variants", {}).items()}
+    except KeyError as exc:
+        raise pytest.UsageError(f"--coverage-plan {path}: {exc} is not one of the --impl "
+                                f"values, or a key is missing") from None
+    except (OSError, ValueError, TypeError, AttributeError) as exc:
+        raise pytest.UsageError(f"--coverage-plan {path}: {exc}") from None
+    return CoveragePlan(trace, variants)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    path = config.getoption("coverage_plan")
+    if not path:
+        return
+    state = config.stash[STATE]
+    labels = {spec.argument: label for label, spec in state.impls.items()}
+    plan = load_plan(Path(path), labels)
+    config.stash[PLAN] = plan
+    calltrace.enable(state.impls[plan.trace_label].text)
+
+
+def _plan(config: pytest.Config) -> CoveragePlan | None:
+    return config.stash.get(PLAN, None)
+
+
+def _label_and_nodeid(item: pytest.Item) -> tuple[str, str]:
+    props = dict(item.user_properties)
+    return str(props.get("impl", "")), str(props.get("base_nodeid", item.nodeid))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest):
+    if _plan(request.config) is None:
+        return (yield)
+    with calltrace.collecting() as ran:
+        try:
+            return (yield)
+        finally:  # what the fixture's launches ran counts for each test that uses its value
+            fixturedef._mlsys_ran = ran  # type: ignore[attr-defined]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    plan = _plan(item.config)
+    label, nodeid = _label_and_nodeid(item)
+    if plan is None or label != plan.trace_label:
+        return (yield)
+    with calltrace.collecting() as ran:
+        try:
+            return (yield)
+        finally:
+            for name in getattr(item, "fixturenames", ()):
+                defs = item._fixtureinfo.name2fixturedefs.get(name)  # type: ignore[attr-defined]
+                cached = getattr(defs[-1], "_mlsys_ran", None) if defs else None
+                if cached is not None:
+                    ran.add(cached)
+            plan.ran[nodeid] = ran
+
+
+def inferable(item: pytest.Item) -> bool:
+    """Whether this variant's test may take the reference's outcome without running."""
+    plan = _plan(item.config)
+    label, nodeid = _label_and_nodeid(item)
+    variant = plan.variants.get(label) if plan is not None else None
+    if plan is None or variant is None:
+        return False
+    state = item.config.stash[STATE]
+    if label in state.stop_first and label in state.failed:
+        return False  # not run at all: the plugin's stop-first skip says so
+    reference = state.tests.get((plan.trace_label, nodeid))
+    ran = plan.ran.get(nodeid)
+    if reference is None or reference.outcome != "passed" or reference.inferred or ran is None:
+        return False
+    declared = {str(n) for marker in item.iter_markers("exercises") for n in marker.args}
+    return not declared & variant.always and not ran.touches(variant.changed)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if inferable(item):
+        pytest.skip(INFERRED)
