@@ -11,6 +11,11 @@ solution's. `--coverage-plan PATH` names, in JSON,
      "variants": {"<--impl of a variant>": {"changed": ["ring:ring_shift", ...],
                                             "always": ["ring_shift", ...]}}}
 
+or, in place of `"trace"`, `"reference": "<PATH>"`: what an earlier session's traced
+implementation ran and whether it passed, per test, as that session wrote it with
+`--coverage-out PATH` (the mutation runs trace the solution once, then grade batches of
+mutants against that record).
+
 `changed`: the functions the variant changes (`module:qualname` or a bare qualname; a class
 stands for its methods). `always`: public names whose tests always run for it (those that
 declare them in `@pytest.mark.exercises`), whatever they ran. A variant's test is inferred —
@@ -31,7 +36,7 @@ from typing import Any
 
 import pytest
 
-from grader.plugin_state import INFERRED, STATE
+from grader.plugin_state import INFERRED, STATE, SessionState, TestOutcome
 from harness import calltrace
 
 
@@ -45,20 +50,36 @@ class VariantPlan:
 class CoveragePlan:
     """The plan of `--coverage-plan`, and what the reference's tests ran (by base node id)."""
 
-    trace_label: str
+    trace_label: str | None  # the reference graded in this session, or None: `recorded`
     variants: dict[str, VariantPlan]  # implementation label -> its plan
     ran: dict[str, calltrace.Coverage] = field(default_factory=dict)
+    recorded: dict[str, tuple[calltrace.Coverage, bool]] = field(default_factory=dict)
 
 
 PLAN = pytest.StashKey[CoveragePlan]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.getgroup("mlsys").addoption(
+    group = parser.getgroup("mlsys")
+    group.addoption(
         "--coverage-plan", default=None, metavar="PATH",
-        help="selfcheck: JSON naming the reference --impl to trace and, per variant --impl, "
-             "the functions it changes; a variant's test that ran none of them under the "
-             "reference is not rerun (grader/plugin_coverage.py)")
+        help="selfcheck: JSON naming the reference --impl to trace (or an earlier session's "
+             "record of it) and, per variant --impl, the functions it changes; a variant's "
+             "test that ran none of them under the reference is not rerun "
+             "(grader/plugin_coverage.py)")
+    group.addoption(
+        "--coverage-out", default=None, metavar="PATH",
+        help="write what each test of the traced --impl ran, and whether it passed, as JSON")
+
+
+def read_record(path: Path) -> dict[str, tuple[calltrace.Coverage, bool]]:
+    """A `--coverage-out` file: nodeid -> (what its ranks ran, whether it passed)."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise ValueError("expected an object of tests")
+    return {str(nodeid): (calltrace.Coverage.from_plain(entry),
+                          isinstance(entry, dict) and entry.get("passed") is True)
+            for nodeid, entry in data.items()}
 
 
 def load_plan(path: Path, labels: dict[str, str]) -> CoveragePlan:
@@ -66,7 +87,8 @@ def load_plan(path: Path, labels: dict[str, str]) -> CoveragePlan:
     Raises pytest.UsageError naming what is wrong."""
     try:
         data: Any = json.loads(path.read_text(encoding="utf-8"))
-        trace = labels[data["trace"]]
+        trace = labels[data["trace"]] if "trace" in data else None
+        recorded = read_record(Path(data["reference"])) if trace is None else {}
         variants = {labels[arg]: VariantPlan(tuple(str(c) for c in spec["changed"]),
                                              frozenset(str(a) for a in spec.get("always", ())))
                     for arg, spec in data.get("variants", {}).items()}
@@ -75,7 +97,7 @@ def load_plan(path: Path, labels: dict[str, str]) -> CoveragePlan:
                                 f"values, or a key is missing") from None
     except (OSError, ValueError, TypeError, AttributeError) as exc:
         raise pytest.UsageError(f"--coverage-plan {path}: {exc}") from None
-    return CoveragePlan(trace, variants)
+    return CoveragePlan(trace, variants, recorded=recorded)
 
 
 @pytest.hookimpl(trylast=True)
@@ -87,7 +109,8 @@ def pytest_configure(config: pytest.Config) -> None:
     labels = {spec.argument: label for label, spec in state.impls.items()}
     plan = load_plan(Path(path), labels)
     config.stash[PLAN] = plan
-    calltrace.enable(state.impls[plan.trace_label].text)
+    if plan.trace_label is not None:
+        calltrace.enable(state.impls[plan.trace_label].text)
 
 
 def _plan(config: pytest.Config) -> CoveragePlan | None:
@@ -95,8 +118,15 @@ def _plan(config: pytest.Config) -> CoveragePlan | None:
 
 
 def _label_and_nodeid(item: pytest.Item) -> tuple[str, str]:
+    """(the implementation's label — in a session of one, that one's — and the base node id)."""
     props = dict(item.user_properties)
-    return str(props.get("impl", "")), str(props.get("base_nodeid", item.nodeid))
+    label = str(props.get("impl", "")) or next(iter(item.config.stash[STATE].impls))
+    return label, str(props.get("base_nodeid", item.nodeid))
+
+
+def _outcome(state: SessionState, label: str, nodeid: str) -> TestOutcome | None:
+    """The recorded outcome of a test of `label` (a session of one keeps it unlabelled)."""
+    return state.tests.get((label if state.multi else "", nodeid))
 
 
 @pytest.hookimpl(wrapper=True)
@@ -138,9 +168,14 @@ def inferable(item: pytest.Item) -> bool:
     state = item.config.stash[STATE]
     if label in state.stop_first and label in state.failed:
         return False  # not run at all: the plugin's stop-first skip says so
-    reference = state.tests.get((plan.trace_label, nodeid))
-    ran = plan.ran.get(nodeid)
-    if reference is None or reference.outcome != "passed" or reference.inferred or ran is None:
+    if plan.trace_label is not None:
+        reference = _outcome(state, plan.trace_label, nodeid)
+        passed = reference is not None and reference.outcome == "passed" \
+            and not reference.inferred
+        ran = plan.ran.get(nodeid)
+    else:
+        ran, passed = plan.recorded.get(nodeid, (None, False))
+    if not passed or ran is None:
         return False
     declared = {str(n) for marker in item.iter_markers("exercises") for n in marker.args}
     return not declared & variant.always and not ran.touches(variant.changed)
@@ -150,3 +185,17 @@ def inferable(item: pytest.Item) -> bool:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if inferable(item):
         pytest.skip(INFERRED)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    plan, path = _plan(session.config), session.config.getoption("coverage_out")
+    if plan is None or plan.trace_label is None or not path \
+            or hasattr(session.config, "workerinput"):
+        return
+    state = session.config.stash[STATE]
+    record = {}
+    for nodeid, ran in sorted(plan.ran.items()):
+        outcome = _outcome(state, plan.trace_label, nodeid)
+        passed = outcome is not None and outcome.outcome == "passed" and not outcome.inferred
+        record[nodeid] = {**ran.to_plain(), "passed": passed}
+    Path(path).write_text(json.dumps(record, indent=1), encoding="utf-8")

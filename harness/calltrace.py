@@ -65,15 +65,19 @@ class Coverage:
 
     names: set[str] = field(default_factory=set)
     complete: bool = True
+    launches: int = 0
 
     def add(self, other: Coverage) -> None:
         self.names |= other.names
         self.complete &= other.complete
+        self.launches += other.launches
 
     def touches(self, prefixes: Iterable[str]) -> bool:
         """Whether a function named by one of `prefixes` (`name` or `module:name`; a class
-        covers its methods, a function what it defines inside) ran — True when incomplete."""
-        if not self.complete:
+        covers its methods, a function what it defines inside) ran — True when incomplete,
+        and when no launch was seen: then the code under test can only have run outside the
+        ranks, where nothing records it (a suite that breaks principle 1, or a fake)."""
+        if not self.complete or not self.launches:
             return True
         for prefix in prefixes:
             for name in self.names:
@@ -83,14 +87,17 @@ class Coverage:
         return False
 
     def to_plain(self) -> dict[str, Any]:
-        return {"names": sorted(self.names), "complete": self.complete}
+        return {"names": sorted(self.names), "complete": self.complete,
+                "launches": self.launches}
 
     @classmethod
     def from_plain(cls, data: Any) -> Coverage:
         if not isinstance(data, dict) or not isinstance(data.get("names"), list) \
                 or not isinstance(data.get("complete"), bool):
             return cls(complete=False)
-        return cls({str(n) for n in data["names"]}, data["complete"])
+        launches = data.get("launches", 1)
+        return cls({str(n) for n in data["names"]}, data["complete"],
+                   launches if isinstance(launches, int) else 0)
 
 
 _sinks: list[Coverage] = []
@@ -118,12 +125,15 @@ def report(coverage: Coverage) -> None:
 
 
 def read_ranks(paths: Iterable[str]) -> Coverage:
-    """The union of what the ranks saved at `paths`; incomplete where one saved nothing."""
-    total = Coverage()
+    """The union of what the ranks of one launch saved at `paths`; incomplete where one
+    saved nothing."""
+    total = Coverage(launches=1)
     for path in paths:
         try:
             with open(path, encoding="utf-8") as f:
-                total.add(Coverage.from_plain(json.load(f)))
+                rank = Coverage.from_plain(json.load(f))
+            total.names |= rank.names
+            total.complete &= rank.complete
         except (OSError, ValueError):
             total.complete = False
     return total

@@ -110,6 +110,16 @@ def mutant_changes(mutant: Path, solution_dir: Path) -> tuple[str, ...] | None:
     return tuple(dict.fromkeys(changed))
 
 
+def lines_changes(source: str, module: str, first: int, last: int) -> tuple[str, ...] | None:
+    """The function or method whose lines hold lines `first`..`last` of `source` (a generated
+    mutant's change); None when they are not all inside one (module level)."""
+    starts = _offsets(source)
+    lo, hi = starts[first], starts[min(last, len(starts) - 2)]
+    owner = next((name for start, end, name in _functions(ast.parse(source), source)
+                  if start <= lo and hi < end), None)
+    return None if owner is None else (f"{module}:{owner}",)
+
+
 def stub_changes(module: str, name: str) -> tuple[str, ...]:
     """A partial-credit variant with `name` of `module` stubbed changes `name` (its methods)."""
     return (f"{module}:{name}",)

@@ -16,10 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from grader.instructor.variant_changes import mutant_changes, stub_changes
+from grader.instructor.mutate.batch import BatchEngine
+from grader.instructor.mutate.runner import Verdict
+from grader.instructor.variant_changes import lines_changes, mutant_changes, stub_changes
 from grader.plugin import REPO_ROOT
 from grader.results import RunResult
 from harness import calltrace
+from harness.impl import resolve_impl
 
 SUITE = '''
 import pytest
@@ -207,11 +210,13 @@ def test_a_plan_naming_an_unknown_impl_is_a_usage_error(course):
 
 
 def test_coverage_matches_names_classes_and_nested_functions():
-    ran = calltrace.Coverage({"toy:Scaler.apply", "toy:add.<locals>.inner", "other:add"})
+    ran = calltrace.Coverage({"toy:Scaler.apply", "toy:add.<locals>.inner", "other:add"},
+                             launches=1)
     assert ran.touches(["toy:Scaler"]) and ran.touches(["toy:add"])
     assert ran.touches(["add"])  # a bare name matches in any module
     assert not ran.touches(["toy:Scale"]) and not ran.touches(["toy:sub"])
-    assert calltrace.Coverage(complete=False).touches(["anything"])
+    assert calltrace.Coverage(complete=False, launches=1).touches(["anything"])
+    assert calltrace.Coverage().touches(["anything"])  # no launch: it ran outside the ranks
 
 
 def test_mutant_changes_name_the_functions_a_patch_falls_in(tmp_path):
@@ -233,3 +238,25 @@ def test_mutant_changes_name_the_functions_a_patch_falls_in(tmp_path):
         is None  # module level: may change anything
     assert mutant('mutate(globals(), "toy", "toy")\n\ndef add(a, b):\n    return 0\n') is None
     assert stub_changes("toy", "Scaler") == ("toy:Scaler",)
+    source = (solution / "toy.py").read_text()
+    assert lines_changes(source, "toy", 4, 4) == ("toy:add",)  # `    return a + b`
+    assert lines_changes(source, "toy", 1, 1) is None  # `LIMIT = 3`
+
+
+def test_the_mutation_engine_runs_a_mutant_only_on_the_tests_that_reach_it(course):
+    """`grader mutate`: the solution traced once (`trace_baseline`), then batches of mutants
+    against that record; a mutant of `Scaler` never runs `test_add`."""
+    tmp_path, suite, folders, *_ = course
+    engine = BatchEngine([suite], REPO_ROOT, suite.parent, jobs=1, batch_size=4)
+    baseline = engine.trace_baseline(folders["good"], tmp_path / "record.json", 300.0)
+    assert baseline.status == "survived" and engine.reference is not None
+    recorded = json.loads((tmp_path / "record.json").read_text())
+    assert all(entry["passed"] and entry["complete"] for entry in recorded.values())
+    engine.changes[resolve_impl(str(folders["wrong_scale"])).argument] = ("toy:Scaler.apply",)
+    verdicts: dict[str, Verdict] = {}
+    engine.run([("wrong_add", folders["wrong_add"]), ("wrong_scale", folders["wrong_scale"])],
+               300.0, lambda key, v: verdicts.__setitem__(key, v))
+    assert verdicts["wrong_add"].status == verdicts["wrong_scale"].status == "killed"
+    assert verdicts["wrong_add"].killed_by.endswith("test_add")  # no plan for it: runs all
+    assert verdicts["wrong_scale"].killed_by.endswith("test_scale_fixture_first")
+    assert not any(t.endswith("test_add") for t in verdicts["wrong_scale"].tests_run)

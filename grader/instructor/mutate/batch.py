@@ -22,6 +22,7 @@ reported yet; that one is graded alone first, so blame never lands on the wrong 
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -128,6 +129,11 @@ class BatchEngine:
     suites: Path | None = None
     jobs: int = 2
     batch_size: int = 16
+    # Coverage guidance (grader/plugin_coverage.py): what the traced solution ran per test
+    # (`trace_baseline` writes it), and per implementation folder the functions it changes; a
+    # mutant's test that ran none of them under the solution is not run.
+    reference: Path | None = None
+    changes: dict[str, tuple[str, ...]] = field(default_factory=dict)
     _live: set[subprocess.Popen] = field(default_factory=set, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _stopping: threading.Event = field(default_factory=threading.Event, repr=False)
@@ -180,10 +186,37 @@ class BatchEngine:
             if alone is not None:
                 deliver(alone[0], self.alone(alone[1], timeout))
 
+    def trace_baseline(self, folder: Path, record: Path, timeout: float) -> Verdict:
+        """Grade the unmutated solution's folder with its ranks traced, writing to `record`
+        what each test ran; later sessions guide the mutants by it (`reference`)."""
+        spec = resolve_impl(str(folder))
+        plan = record.with_suffix(".plan.json")
+        plan.write_text(json.dumps({"trace": spec.argument}), encoding="utf-8")
+        verdict = judge_session(run_session(
+            self.paths, spec, stop_first=True, timeout=timeout, root=self.root,
+            suites=self.suites, extra=("--coverage-plan", str(plan), "--coverage-out",
+                                       str(record))))
+        self.reference = record if record.is_file() else None
+        return verdict
+
+    def _plan_args(self, specs: Sequence[ImplSpec], folder: Path) -> tuple[str, ...]:
+        """`--coverage-plan` for a session over `specs`, written into `folder`; () without a
+        reference or where no spec says what it changes."""
+        variants = {spec.argument: {"changed": list(self.changes[spec.argument])}
+                    for spec in specs if spec.argument in self.changes}
+        if self.reference is None or not variants:
+            return ()
+        path = folder / "plan.json"
+        path.write_text(json.dumps({"reference": str(self.reference), "variants": variants}),
+                        encoding="utf-8")
+        return ("--coverage-plan", str(path))
+
     def alone(self, spec: ImplSpec, timeout: float) -> Verdict:
         """One implementation in a session of its own (`-x`), killed after `timeout`."""
-        return judge_session(run_session(self.paths, spec, stop_first=True, timeout=timeout,
-                                         root=self.root, suites=self.suites))
+        with tempfile.TemporaryDirectory(prefix="mlsys-mutate-alone-") as tmp:
+            return judge_session(run_session(
+                self.paths, spec, stop_first=True, timeout=timeout, root=self.root,
+                suites=self.suites, extra=self._plan_args([spec], Path(tmp))))
 
     def session(self, specs: list[ImplSpec], timeout: float) -> BatchRun:
         """Run one session over `specs`, interrupting it when one of them overruns."""
@@ -191,7 +224,7 @@ class BatchEngine:
             results_path = Path(tmp) / "session.json"
             command = interruptible(pytest_command(
                 self.paths, specs, results_path, stop_first=True, progress=True,
-                root=self.root, suites=self.suites))
+                root=self.root, suites=self.suites, extra=self._plan_args(specs, Path(tmp))))
             started = time.perf_counter()
             clock = Clock(len(specs), started)
             returncode, overran, tail = self._watch(command, clock, timeout)

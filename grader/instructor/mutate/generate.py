@@ -66,6 +66,10 @@ class Mutant:
         )
         return "".join(lines)
 
+    def last_line(self, source: str) -> int:
+        """The last line the replaced text touches (1-based)."""
+        return self.line + source.encode()[self.start:self.end].count(b"\n")
+
     def one_line(self, source: str) -> str:
         """`old → new` for the first line the mutant changes, stripped."""
         old, new = source.splitlines(), self.apply(source).splitlines()

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Protocol
 
 from grader.instructor.mutate.generate import Generation, Mutant
+from grader.instructor.variant_changes import lines_changes
 from grader.manifest import Assignment
 from grader.runner import Session, run_session, stop_all_sessions
 from harness.impl import resolve_impl
@@ -72,7 +73,9 @@ def judge_session(session: Session) -> Verdict:
         return Verdict("error", reason=why, wall_s=session.wall_s)
     graded = [t for t in run.tests if not t.not_graded_here]
     failed = [t for t in graded if not t.passed]
-    ran = tuple(t.nodeid for t in graded)
+    # A test that never reached the mutated function is not run (grader/plugin_coverage.py):
+    # it passes as the solution did, and is not among the tests that ran on the mutant.
+    ran = tuple(t.nodeid for t in graded if not t.inferred)
     if failed:
         return Verdict("killed", killed_by=failed[0].nodeid, reason=failed[0].feedback,
                        tests_run=ran, wall_s=session.wall_s)
@@ -139,8 +142,12 @@ def run_baseline(engine: Engine, assignment: Assignment, generation: Generation,
                  timeout: float) -> Baseline:
     """Grade the unmutated solution as a mutant folder; it must pass every graded test."""
     folder = write_tree(workdir / "_solution", assignment, generation.sources)
+    trace = getattr(engine, "trace_baseline", None)
     verdicts: list[Verdict] = []
-    engine.run([("_solution", folder)], timeout, lambda _key, v: verdicts.append(v))
+    if trace is not None:  # also records what each test ran: the mutants' coverage guide
+        verdicts.append(trace(folder, workdir / "baseline_coverage.json", timeout))
+    else:
+        engine.run([("_solution", folder)], timeout, lambda _key, v: verdicts.append(v))
     verdict = verdicts[0] if verdicts else Verdict("error", reason="the engine gave no verdict")
     if verdict.status != "survived":
         detail = f"{verdict.killed_by}: {verdict.reason}" if verdict.killed_by else verdict.reason
@@ -157,6 +164,14 @@ def run_mutants(engine: Engine, assignment: Assignment, generation: Generation,
     by_key = {m.mutant_id: m for m in mutants}
     impls = [(m.mutant_id, write_tree(workdir / m.slug, assignment, generation.sources, m))
              for m in mutants]
+    changes = getattr(engine, "changes", None)
+    if changes is not None:  # coverage guidance: the function each mutant changes
+        for mutant, (_, folder) in zip(mutants, impls):
+            source = generation.sources[mutant.module]
+            changed = lines_changes(source, mutant.module, mutant.line,
+                                    mutant.last_line(source))
+            if changed is not None:
+                changes[resolve_impl(str(folder)).argument] = changed
     verdicts: dict[str, Verdict] = {}
 
     def record(key: str, verdict: Verdict) -> None:
