@@ -73,7 +73,7 @@ def test_rms_norm_eps_inside_the_square_root(probes):
           dtype=F64, hint=EPS_HINT, slips=((eps_outside(SMALL, W6, EPS), EPS_HINT),))
 
 
-@pytest.mark.points(2)
+@pytest.mark.points(1)
 @pytest.mark.exercises("RMSNorm")
 @pytest.mark.parametrize("layout", ["strided", "transposed"])
 def test_rms_norm_float32_non_contiguous(probes, layout):
