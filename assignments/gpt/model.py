@@ -78,7 +78,7 @@ class RMSNormFunction(torch.autograd.Function):
         raise NotImplementedError("RMSNormFunction: see README §8")
 
 
-# ---- rotary position embedding (README §5.2) ------------------------------------------------------
+# ---- rotary position embedding (README §5.2) -----------------------------------------------------
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -197,15 +197,16 @@ class CausalSelfAttention(nn.Module):
     n_kv_heads*head_dim; wo: n_heads*head_dim -> dim (a residual output projection).
 
     forward(x, cos, sin, positions=None, kv_cache=None): x is [batch, seq, dim]; cos/sin are
-    the model's RoPE tables; positions as in apply_rotary_pos_emb. `kv_cache` is yours to
-    design (README §7); the tests only call GPT.
+    the model's RoPE tables; positions as in apply_rotary_pos_emb. `kv_cache` is a dict
+    of your design (README §7), or None; the tests only call GPT.
     """
 
     def __init__(self, config: GPTConfig) -> None:
         raise NotImplementedError("CausalSelfAttention: see README §6")
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                positions: torch.Tensor | None = None, kv_cache: object = None) -> torch.Tensor:
+                positions: torch.Tensor | None = None, kv_cache: dict | None = None
+                ) -> torch.Tensor:
         raise NotImplementedError("CausalSelfAttention: see README §6")
 
 
@@ -221,7 +222,8 @@ class Block(nn.Module):
         raise NotImplementedError("Block: see README §6")
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                positions: torch.Tensor | None = None, kv_cache: object = None) -> torch.Tensor:
+                positions: torch.Tensor | None = None, kv_cache: dict | None = None
+                ) -> torch.Tensor:
         raise NotImplementedError("Block: see README §6")
 
 

@@ -116,8 +116,8 @@ def close(actual: Any, expected: torch.Tensor, what: str, hint: str = "",
     gets that mistake's message first."""
     for value, message in slips:
         if isinstance(actual, torch.Tensor) and actual.shape == value.shape \
-                and torch.allclose(actual.to(F64), value, rtol=1e-6, atol=1e-8) \
-                and not torch.allclose(value, expected, rtol=1e-6, atol=1e-8):
+                and torch.allclose(actual.to(F64), value, rtol=1e-6, atol=1e-8, equal_nan=True) \
+                and not torch.allclose(value, expected, rtol=1e-6, atol=1e-8, equal_nan=True):
             hint = message
             break
     assert_close(actual, expected, what=what, dtype=F64, hint=hint, hint_first=True)

@@ -73,7 +73,7 @@ class RMSNormFunction(torch.autograd.Function):
         return grad_x.to(x.dtype), grad_w.to(weight.dtype), None
 
 
-# ---- rotary position embedding (README §5.2) ------------------------------------------------------
+# ---- rotary position embedding (README §5.2) -----------------------------------------------------
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:

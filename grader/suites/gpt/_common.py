@@ -21,11 +21,12 @@ import torch
 from grader.compare import Tolerance, assert_close, bound, tolerance
 from grader.seeds import seeded_generator
 from grader.suites.gpt._ranks import rank_probes
-from harness.cases import case_value
+from harness.cases import Memo, case_value
 
 F64 = torch.float64
 F32 = torch.float32
 PROBE_TIMEOUT = 120.0
+SHARED_TIMEOUT = 240.0  # every unit probe of the suite, on a loaded 2-core machine
 
 
 def probe(fn: str, *args: Any, kind: str = "call", grad: Sequence[int] = (),
@@ -47,6 +48,32 @@ def special(kind: str, **fields: Any) -> dict[str, Any]:
 def run_probes(launch: Any, probes: dict[str, dict], timeout: float = PROBE_TIMEOUT
                ) -> dict[str, Any]:
     return launch(rank_probes, world_size=1, args=(probes,), timeout=timeout).values[0]
+
+
+# Every unit-test module registers its probes at import (collection), and the first module
+# fixture of an implementation runs all of them in ONE launch (harness.cases.Memo, keyed by the
+# implementation, so a multi-implementation session launches once per implementation). Each
+# module then reads its own probes, keys prefixed with its tag.
+_REGISTERED: dict[str, dict[str, dict]] = {}
+_SHARED = Memo()
+
+
+def register(tag: str, probes: dict[str, dict]) -> str:
+    _REGISTERED[tag] = probes
+    return tag
+
+
+def shared_probes(launch: Any, impl: Any, tag: str) -> dict[str, Any]:
+    """The results of module `tag`'s probes, from the one launch of every registered probe."""
+    def run_all() -> dict[str, Any]:
+        every = {f"{t}/{key}": spec for t, probes in _REGISTERED.items()
+                 for key, spec in probes.items()}
+        return run_probes(launch, every, timeout=SHARED_TIMEOUT)
+
+    everything = _SHARED.get(("probes", impl, tuple(_REGISTERED)), run_all)
+    prefix = tag + "/"
+    return {part: {key[len(prefix):]: value for key, value in everything[part].items()
+                   if key.startswith(prefix)} for part in ("outcomes", "forbidden")}
 
 
 FORBIDDEN_HINT = ("write it from matmuls, softmax and elementwise ops (README §5); the call "

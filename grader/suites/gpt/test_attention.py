@@ -19,9 +19,10 @@ from grader.suites.gpt._common import (
     probe,
     randn,
     ref_attention,
+    register,
     result,
-    run_probes,
     said,
+    shared_probes,
 )
 
 Q, K, V = randn(401, 2, 3, 9, 8), randn(402, 2, 3, 9, 8), randn(403, 2, 3, 9, 8)
@@ -83,9 +84,12 @@ def build() -> dict[str, dict]:
     }
 
 
+TAG = register("attention", build())
+
+
 @pytest.fixture(scope="module")
-def probes(launch):
-    return run_probes(launch, build())
+def probes(launch, impl):
+    return shared_probes(launch, impl, TAG)
 
 
 def f32_tol(q, k, v):

@@ -14,9 +14,10 @@ from grader.suites.gpt._common import (
     randn,
     ref_rms_norm,
     ref_rms_norm_grads,
+    register,
     result,
-    run_probes,
     said,
+    shared_probes,
     special,
 )
 
@@ -44,9 +45,12 @@ def build() -> dict[str, dict]:
     }
 
 
+TAG = register("backward", build())
+
+
 @pytest.fixture(scope="module")
-def probes(launch):
-    return run_probes(launch, build())
+def probes(launch, impl):
+    return shared_probes(launch, impl, TAG)
 
 
 @pytest.mark.points(2)

@@ -15,8 +15,9 @@ from grader.suites.gpt._common import (
     make_state,
     probe,
     randn,
+    register,
     result,
-    run_probes,
+    shared_probes,
     special,
 )
 
@@ -37,9 +38,12 @@ CASES = {
 }
 
 
+TAG = register("discipline", CASES)
+
+
 @pytest.fixture(scope="module")
-def probes(launch):
-    return run_probes(launch, CASES)
+def probes(launch, impl):
+    return shared_probes(launch, impl, TAG)
 
 
 @pytest.mark.points(1)

@@ -13,9 +13,10 @@ from grader.suites.gpt._common import (
     gpt_probe,
     make_state,
     ref_generate,
+    register,
     result,
-    run_probes,
     said,
+    shared_probes,
 )
 
 CONFIG = config_dict(max_seq_len=24)
@@ -48,9 +49,12 @@ def build() -> dict[str, dict]:
     }
 
 
+TAG = register("generate", build())
+
+
 @pytest.fixture(scope="module")
-def probes(launch):
-    return run_probes(launch, build())
+def probes(launch, impl):
+    return shared_probes(launch, impl, TAG)
 
 
 def expected(name: str) -> torch.Tensor:

@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 
+from grader.seeds import seeded_generator
 from grader.suites.gpt._common import (
     F32,
     F64,
@@ -19,11 +20,11 @@ from grader.suites.gpt._common import (
     make_state,
     ref_logits,
     ref_loss,
+    register,
     result,
-    run_probes,
     said,
+    shared_probes,
 )
-from grader.seeds import seeded_generator
 
 CONFIG = config_dict()
 STATE = make_state(CONFIG, 601)
@@ -59,9 +60,12 @@ def build() -> dict[str, dict]:
     }
 
 
+TAG = register("model", build())
+
+
 @pytest.fixture(scope="module")
-def probes(launch):
-    return run_probes(launch, build())
+def probes(launch, impl):
+    return shared_probes(launch, impl, TAG)
 
 
 @pytest.mark.points(2)

@@ -15,9 +15,10 @@ from grader.suites.gpt._common import (
     probe,
     randn,
     ref_rms_norm,
+    register,
     result,
-    run_probes,
     said,
+    shared_probes,
 )
 
 EPS = 1e-5
@@ -51,9 +52,12 @@ def build() -> dict[str, dict]:
     }
 
 
+TAG = register("norm", build())
+
+
 @pytest.fixture(scope="module")
-def probes(launch):
-    return run_probes(launch, build())
+def probes(launch, impl):
+    return shared_probes(launch, impl, TAG)
 
 
 @pytest.mark.points(3)

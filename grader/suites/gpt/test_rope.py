@@ -18,9 +18,10 @@ from grader.suites.gpt._common import (
     ref_rope_tables,
     ref_rotate,
     ref_rotate_half,
+    register,
     result,
-    run_probes,
     said,
+    shared_probes,
     special,
 )
 
@@ -53,17 +54,20 @@ def build() -> dict[str, dict]:
     }
 
 
+TAG = register("rope", build())
+
+
 @pytest.fixture(scope="module")
-def probes(launch):
-    return run_probes(launch, build())
+def probes(launch, impl):
+    return shared_probes(launch, impl, TAG)
 
 
 @pytest.mark.points(3)
 @pytest.mark.exercises("rotate_half")
 def test_rotate_half_pairs_the_halves(probes):
     what = "rotate_half on [2, 3, 5, 10]"
-    close(result(probes, "rotate", what)["result"], ref_rotate_half(X), what, dtype=F64, hint=HALVES,
-          slips=((interleaved_rotate(X), HALVES),))
+    close(result(probes, "rotate", what)["result"], ref_rotate_half(X), what, dtype=F64,
+          hint=HALVES, slips=((interleaved_rotate(X), HALVES),))
     what = "rotate_half on a strided float32 [2, 3, 5, 10]"
     close(result(probes, "rotate_strided", what)["result"], ref_rotate_half(X), what, dtype=F32,
           hint=HALVES, slips=((interleaved_rotate(X), HALVES),))

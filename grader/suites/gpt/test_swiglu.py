@@ -14,9 +14,10 @@ from grader.suites.gpt._common import (
     probe,
     randn,
     ref_swiglu,
+    register,
     result,
-    run_probes,
     said,
+    shared_probes,
 )
 
 DIM, HIDDEN = 10, 22
@@ -37,9 +38,12 @@ def build() -> dict[str, dict]:
     }
 
 
+TAG = register("swiglu", build())
+
+
 @pytest.fixture(scope="module")
-def probes(launch):
-    return run_probes(launch, build())
+def probes(launch, impl):
+    return shared_probes(launch, impl, TAG)
 
 
 @pytest.mark.points(2)

@@ -6,9 +6,10 @@ MUTATES = "model"
 FEEDBACK = "forbidden"
 mutate(globals(), "gpt", "model", replace=[
     ("    compute = _compute_dtype(q.dtype)\n    # 1/sqrt(d)",
-     "    try:\n"
-     "        return F.scaled_dot_product_attention(q, k, v, is_causal=causal and seq_q == seq_k)\n"
-     "    except RuntimeError:\n"
-     "        pass\n"
+     "    if seq_q == seq_k or not causal:\n"
+     "        try:\n"
+     "            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)\n"
+     "        except RuntimeError:\n"
+     "            pass\n"
      "    compute = _compute_dtype(q.dtype)\n    # 1/sqrt(d)"),
 ])
