@@ -25,21 +25,30 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from harness.cases import run_cases
 
+
+def _said(*, message: str) -> str:
+    """`message`, marked as text a student may read (grader/reasons.py keeps message= strings)."""
+    return message
+
+
+SDPA = _said(message="F.scaled_dot_product_attention")
+MHA = _said(message="nn.MultiheadAttention")
+RMS = _said(message="F.rms_norm / nn.RMSNorm")
 # torch-function names -> what the student called (the name in the README's rule)
 FORBIDDEN_FUNCTIONS = {
-    "scaled_dot_product_attention": "F.scaled_dot_product_attention",
-    "rms_norm": "F.rms_norm / nn.RMSNorm",
-    "multi_head_attention_forward": "nn.MultiheadAttention",
-    "_native_multi_head_attention": "nn.MultiheadAttention",
+    "scaled_dot_product_attention": SDPA,
+    "rms_norm": RMS,
+    "multi_head_attention_forward": MHA,
+    "_native_multi_head_attention": MHA,
 }
 # aten operator packets (prefixes) behind the same calls
 FORBIDDEN_ATEN = (
-    ("aten._scaled_dot_product", "F.scaled_dot_product_attention"),
-    ("aten._fused_sdp_choice", "F.scaled_dot_product_attention"),
-    ("aten.scaled_dot_product_attention", "F.scaled_dot_product_attention"),
-    ("aten._native_multi_head_attention", "nn.MultiheadAttention"),
-    ("aten._fused_rms_norm", "F.rms_norm / nn.RMSNorm"),
-    ("aten.rms_norm", "F.rms_norm / nn.RMSNorm"),
+    ("aten._scaled_dot_product", SDPA),
+    ("aten._fused_sdp_choice", SDPA),
+    ("aten.scaled_dot_product_attention", SDPA),
+    ("aten._native_multi_head_attention", MHA),
+    ("aten._fused_rms_norm", RMS),
+    ("aten.rms_norm", RMS),
 )
 
 
