@@ -344,3 +344,52 @@ def gpt_tolerance(config: dict[str, Any], seq: int, magnitude: float) -> Toleran
 
 
 __all__ = ["F32", "F64", "bound", "tolerance"]
+
+
+# ---- the parent-side half of the discipline check -----------------------------------------------
+
+FORBIDDEN_ATTRIBUTES = {"scaled_dot_product_attention": "F.scaled_dot_product_attention",
+                        "MultiheadAttention": "nn.MultiheadAttention",
+                        "multi_head_attention_forward": "F.multi_head_attention_forward",
+                        "rms_norm": "F.rms_norm", "RMSNorm": "nn.RMSNorm"}
+# RMSNorm is also the name of the student's own class: only `x.RMSNorm` or an import of it
+# from torch counts, never the bare name.
+
+
+def static_forbidden(impl: Any) -> dict[str, list[str]]:
+    """Forbidden names the submitted model.py mentions, read in this process with `ast` (the
+    rank cannot touch it): top-level definition (or "<module>") -> ["line N: nn.RMSNorm", ...].
+
+    Counts attribute accesses (`F.scaled_dot_product_attention`, `torch.nn.RMSNorm`), imports of
+    the names from torch, and string constants equal to a name (`getattr(F, "rms_norm")`);
+    docstrings and comments never count. The rank's watch (`_ranks.Watch`) sees the calls that
+    actually run; this sees the ones a submission could hide from it."""
+    import ast
+
+    from harness.impl import module_path
+
+    try:
+        source = module_path(impl, "gpt", "model").read_text(encoding="utf-8")
+        tree = ast.parse(source)
+    except (OSError, SyntaxError, ValueError):
+        return {}
+    found: dict[str, list[str]] = {}
+    docstrings = {id(node.value) for node in ast.walk(tree)
+                  if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+                  and isinstance(node.value.value, str)}
+    for top in tree.body:
+        owner = top.name if isinstance(top, (ast.FunctionDef, ast.ClassDef)) else "<module>"
+        for node in ast.walk(top):
+            name = None
+            if isinstance(node, ast.Attribute) and node.attr in FORBIDDEN_ATTRIBUTES:
+                name = node.attr
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("torch"):
+                name = next((a.name for a in node.names if a.name in FORBIDDEN_ATTRIBUTES),
+                            None)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                    and id(node) not in docstrings and node.value in FORBIDDEN_ATTRIBUTES:
+                name = node.value
+            if name is not None:
+                found.setdefault(owner, []).append(
+                    f"line {getattr(node, 'lineno', 0)}: {FORBIDDEN_ATTRIBUTES[name]}")
+    return found

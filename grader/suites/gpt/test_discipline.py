@@ -2,7 +2,9 @@
 or nn.RMSNorm anywhere in a float32 forward and backward — the fast path a student is tempted
 to take. Every probe of this suite runs under the same watch (`_ranks.Watch`); here each
 function has a test of its own, so the reason names it. A call whose error the code catches
-still fails: the watch records it before raising."""
+still fails: the watch records it before raising. The verdict also rests on a check the rank
+cannot reach: model.py's source, read here with `ast` (`_common.static_forbidden`), must not
+name the forbidden functions (docstrings and comments aside)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import pytest
 
 from grader.suites.gpt._common import (
     F32,
+    FORBIDDEN_HINT,
     config_dict,
     gpt_probe,
     make_state,
@@ -19,6 +22,7 @@ from grader.suites.gpt._common import (
     result,
     shared_probes,
     special,
+    static_forbidden,
 )
 
 CONFIG = config_dict()
@@ -41,13 +45,30 @@ CASES = {
 TAG = register("discipline", CASES)
 
 
+# Where the static check looks for each function's forbidden names: its own definition, the
+# definitions it is built from, and module-level code (imports).
+OWNERS = {"attention": ("attention",), "RMSNorm": ("RMSNorm",),
+          "RMSNormFunction": ("RMSNormFunction",),
+          "GPT": ("GPT", "Block", "CausalSelfAttention", "attention", "RMSNorm")}
+
+
 @pytest.fixture(scope="module")
 def probes(launch, impl):
     return shared_probes(launch, impl, TAG)
 
 
+@pytest.fixture(scope="module")
+def static(impl):
+    return static_forbidden(impl)
+
+
 @pytest.mark.points(1)
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.exercises(n),
                                                id=f"function={n}") for n in CASES])
-def test_no_forbidden_calls(probes, name):
+def test_no_forbidden_calls(probes, static, name):
     result(probes, name, f"{name} (float32 forward and backward)")
+    for owner in ("<module>", *OWNERS[name]):
+        if static.get(owner):
+            raise AssertionError(
+                f"model.py uses {static[owner][0].split(': ', 1)[1]} ({static[owner][0]}, in "
+                f"{owner}), which is forbidden here; {FORBIDDEN_HINT}")
