@@ -247,7 +247,10 @@ class GPT(nn.Module):
         lm_head.weight                     the same nn.Parameter as tok_emb.weight (tied)
 
     `__init__` calls `init_weights()`. RMSNorm eps is config.norm_eps; RoPE uses
-    config.rope_base and tables of config.max_seq_len positions.
+    config.rope_base and tables of config.max_seq_len positions. The tests convert the model
+    with `.to(torch.float64)` (or float32) before loading weights: after that it must compute
+    in that dtype end to end (keep the RoPE tables in float64, or rebuild them in the
+    activations' dtype; a float32 table cast to float64 keeps float32's error).
     """
 
     def __init__(self, config: GPTConfig) -> None:
