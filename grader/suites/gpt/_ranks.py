@@ -215,15 +215,19 @@ def _gpt_generate(model: Any, spec: dict[str, Any]) -> dict[str, Any]:
         if call.get("generator_seed") is not None:
             gen = torch.Generator().manual_seed(call["generator_seed"])
         gpt.train(call.get("training", False))
-        tokens = gpt.generate(call["idx"], call["max_new_tokens"],
-                              temperature=call["temperature"], top_k=call.get("top_k"),
-                              generator=gen, use_cache=call["use_cache"])
+        options = {k: call[k] for k in ("temperature", "top_k", "use_cache") if k in call}
+        tokens = gpt.generate(call["idx"], call["max_new_tokens"], generator=gen, **options)
         out[name] = {"tokens": tokens, "training_after": gpt.training}
     return out
 
 
 def _gpt_structure(model: Any, spec: dict[str, Any]) -> dict[str, Any]:
     gpt = _gpt(model, spec)
+    if spec.get("reinit"):  # spoil every parameter, then init_weights() must restore them
+        with torch.no_grad():
+            for p in gpt.parameters():
+                p.fill_(5.0)
+        gpt.init_weights()
     named = dict(gpt.named_parameters())
     stats = {k: {"std": float(p.detach().double().std()), "mean": float(p.detach().double().mean()),
                  "ones": bool((p.detach() == 1).all())} for k, p in named.items()}

@@ -70,6 +70,7 @@ def build() -> dict[str, dict]:
     fk, fv = future_changed()
     return {
         "causal": probe("attention", Q, K, V, True, grad=(0, 1, 2), weights=G),
+        "default": probe("attention", Q, K, V),
         "full_f32": probe("attention", Q, K, V, False, dtype=F32, layout="transposed"),
         "causal_f32": probe("attention", Q, K, V, True, dtype=F32, layout="strided"),
         "gqa": probe("attention", GQ, GK, GV, True),
@@ -81,6 +82,8 @@ def build() -> dict[str, dict]:
                            randn(415, 1, 2, 4, 4), False),
         "bad_causal": probe("attention", randn(416, 1, 2, 5, 4), randn(417, 1, 2, 3, 4),
                             randn(418, 1, 2, 3, 4), True),
+        "bad_kv": probe("attention", randn(419, 1, 2, 4, 4), randn(420, 1, 2, 4, 4),
+                        randn(421, 1, 2, 5, 4), False),
     }
 
 
@@ -106,6 +109,9 @@ def test_causal_attention_float64(probes):
     close(got["result"], ref_attention(Q, K, V, True), what, dtype=F64,
           hint="softmax(q kᵀ / sqrt(d) + causal mask) v (README §5.4)",
           slips=slips(Q, K, V, True))
+    what = "attention(q, k, v) with the default causal=True"
+    close(result(probes, "default", what)["result"], ref_attention(Q, K, V, True), what,
+          dtype=F64, hint="causal defaults to True (README §5.4)")
     leaves = [t.clone().requires_grad_(True) for t in (Q, K, V)]
     grads = torch.autograd.grad((ref_attention(*leaves, True) * G).sum(), leaves)
     for i, name in enumerate("qkv"):
@@ -160,7 +166,8 @@ def test_causal_output_ignores_future_keys(probes):
 @pytest.mark.exercises("attention")
 def test_attention_rejects_bad_shapes(probes):
     for key, what in (("bad_heads", "attention with 3 query heads over 2 K/V heads"),
-                      ("bad_causal", "attention(causal=True) with 5 queries over 3 keys")):
+                      ("bad_causal", "attention(causal=True) with 5 queries over 3 keys"),
+                      ("bad_kv", "attention with k of 4 positions and v of 5")):
         kind = error_type(probes, key, what)
         assert kind == "ValueError", (
             f"{what} should raise ValueError, "

@@ -35,6 +35,11 @@ CALLS = {
                              generator_seed=SAMPLE_SEED + 1, use_cache=True),
     "training": dict(idx=PROMPT, max_new_tokens=2, temperature=0.0, use_cache=True,
                      training=True),
+    "top3_hot": dict(idx=PROMPT, max_new_tokens=NEW, temperature=3.0, top_k=3,
+                     generator_seed=SAMPLE_SEED + 2, use_cache=True),
+    "defaults": dict(idx=PROMPT, max_new_tokens=NEW, generator_seed=SAMPLE_SEED + 3),
+    "exact_fill": dict(idx=PROMPT, max_new_tokens=CONFIG["max_seq_len"] - PROMPT.shape[1],
+                       temperature=0.0, use_cache=True),
 }
 CACHE_HINT = said(hint=("the KV cache path differs from recomputing the whole sequence: feed "
                         "only the new token, at its true position (the number of tokens "
@@ -60,7 +65,8 @@ def probes(launch, impl):
 def expected(name: str) -> torch.Tensor:
     call = CALLS[name]
     return ref_generate(STATE, CONFIG, call["idx"], call["max_new_tokens"],
-                        call["temperature"], call.get("top_k"), call.get("generator_seed"))
+                        call.get("temperature", 1.0), call.get("top_k"),
+                        call.get("generator_seed"))
 
 
 def check(got: dict, name: str, what: str, hint: str) -> None:
@@ -83,6 +89,9 @@ def check(got: dict, name: str, what: str, hint: str) -> None:
 def test_greedy_with_cache_equals_recomputation(probes):
     got = result(probes, "calls", "GPT.generate")
     check(got, "greedy", "greedy generate with the KV cache", CACHE_HINT)
+    check(got, "exact_fill", "greedy generate up to exactly max_seq_len tokens",
+          "prompt + max_new_tokens == max_seq_len is allowed; compute no logits after the "
+          "last token (README §7)")
 
 
 @pytest.mark.points(3)
@@ -95,6 +104,11 @@ def test_seeded_top_k_sampling_with_cache_equals_recomputation(probes):
           hint + CACHE_HINT)
     check(got, "one_token_prompt", "sampling from a one-token prompt with the KV cache",
           hint + CACHE_HINT)
+    check(got, "top3_hot", "top-k sampling (temperature 3.0, top_k 3)",
+          "keep the top_k largest logits (ties at the k-th kept), set only those below it "
+          "to -inf (README §7)")
+    check(got, "defaults", "generate(idx, n, generator=g) with the defaults",
+          "the defaults are temperature 1.0, no top_k, use_cache=True (README §7)")
 
 
 @pytest.mark.points(2)

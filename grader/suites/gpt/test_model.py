@@ -32,6 +32,7 @@ GEN = seeded_generator(602)
 IDX = torch.randint(0, CONFIG["vocab_size"], (2, 11), generator=GEN)
 TARGETS = torch.randint(0, CONFIG["vocab_size"], (2, 11), generator=GEN)
 TARGETS[0, 3:6] = -1
+FULL = torch.randint(0, CONFIG["vocab_size"], (1, CONFIG["max_seq_len"]), generator=GEN)
 CHANGED = IDX.clone()
 CUT = 5  # tokens after this position differ in CHANGED
 CHANGED[:, CUT + 1:] = (IDX[:, CUT + 1:] + 7) % CONFIG["vocab_size"]
@@ -47,13 +48,16 @@ FORWARD_HINT = said(hint=("embedding -> n_layers x (x + attn(attn_norm(x)), h + 
 
 
 def build() -> dict[str, dict]:
-    inputs = {"plain": (IDX, None), "targets": (IDX, TARGETS), "changed": (CHANGED, None)}
+    inputs = {"plain": (IDX, None), "targets": (IDX, TARGETS), "changed": (CHANGED, None),
+              "full": (FULL, None)}
     return {
         "structure": gpt_probe("gpt_structure", CONFIG, None, dtype=None),
         "f64": gpt_probe("gpt_forward", CONFIG, STATE, inputs=inputs),
         "f32": gpt_probe("gpt_forward", CONFIG, STATE, dtype=F32,
                          inputs={"plain": (IDX, None)}),
         "init": gpt_probe("gpt_structure", INIT, None, dtype=None, seed=INIT_SEED),
+        "reinit": gpt_probe("gpt_structure", INIT, None, dtype=None, seed=INIT_SEED + 1,
+                            reinit=True),
         "errors": gpt_probe("gpt_error", CONFIG, None, dtype=None, calls={
             "long": {"what": "forward",
                      "idx": torch.zeros(1, CONFIG["max_seq_len"] + 1, dtype=torch.long)}}),
@@ -94,6 +98,9 @@ def test_forward_logits_and_loss_float64(probes):
     close(got["plain"]["logits"], expected, "GPT logits [2, 11, 37] (float64)", dtype=F64,
           hint=FORWARD_HINT)
     assert got["plain"]["loss"] is None, "GPT(idx) without targets must return loss None"
+    close(got["full"]["logits"], ref_logits(STATE, CONFIG, FULL),
+          f"GPT logits of exactly max_seq_len = {CONFIG['max_seq_len']} tokens (float64)",
+          dtype=F64, hint="max_seq_len tokens are allowed; only longer sequences raise")
     close(got["targets"]["loss"], ref_loss(expected, TARGETS),
           "GPT loss with targets (three of them -1)", dtype=F64,
           hint="mean cross-entropy over the targets that are not -1 (ignore_index=-1)")
@@ -132,19 +139,23 @@ def test_forward_rejects_too_long_sequences(probes):
 @pytest.mark.points(2)
 @pytest.mark.exercises("GPT")
 def test_init_statistics(probes):
-    got = result(probes, "init", "GPT(config) at initialisation")
-    stats = got["stats"]
+    check_init(result(probes, "init", "GPT(config) at initialisation")["stats"], "")
+    check_init(result(probes, "reinit", "GPT.init_weights()")["stats"],
+               " after init_weights() on spoiled parameters (it re-initialises every one)")
+
+
+def check_init(stats: dict, when: str) -> None:
     residual = 0.02 / math.sqrt(2 * INIT["n_layers"])
     for name, s in stats.items():
         if name.endswith("norm.weight"):
-            assert s["ones"], f"{name} is not all ones at initialisation (README §6)"
+            assert s["ones"], f"{name} is not all ones at initialisation{when} (README §6)"
             continue
         want = residual if name.endswith(("attn.wo.weight", "mlp.down.weight")) else 0.02
         ok = abs(s["std"] - want) <= STD_SLACK * want and abs(s["mean"]) <= 0.1 * want
         if not ok and name.endswith(("attn.wo.weight", "mlp.down.weight")):
             raise AssertionError(
-                f"{name} has std {s['std']:.4g} at initialisation, expected "
+                f"{name} has std {s['std']:.4g} at initialisation{when}, expected "
                 f"0.02 / sqrt(2 * n_layers) = {want:.4g}: scale the residual output "
                 f"projections by 1/sqrt(2 * n_layers) (README §6)")
         assert ok, (f"{name} has mean {s['mean']:.3g} and std {s['std']:.4g} at "
-                    f"initialisation, expected normal(0, {want:.4g}) (README §6)")
+                    f"initialisation{when}, expected normal(0, {want:.4g}) (README §6)")

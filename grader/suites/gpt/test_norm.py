@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grader.compare import bound
+from grader.compare import Tolerance, unit_roundoff
 from grader.suites.gpt._common import (
     F32,
     F64,
@@ -27,8 +27,8 @@ W = 1 + 0.5 * randn(102, 7)
 SMALL = randn(103, 4, 6, scale=3e-3)  # mean square ~1e-5: eps matters as much as the data
 W6 = 1 + 0.5 * randn(104, 6)
 G = randn(105, 3, 5, 7)
-BF = randn(106, 2, 64, scale=4.0)
-W64 = 1 + 0.5 * randn(107, 64)
+BF = randn(106, 8, 512, scale=4.0)
+W64 = 1 + 0.5 * randn(107, 512)
 
 EPS_HINT = said(hint="eps goes inside the square root: x * rsqrt(mean(x**2) + eps) (README §5.1)")
 
@@ -90,10 +90,12 @@ def test_rms_norm_float32_non_contiguous(probes, layout):
 @pytest.mark.points(1)
 @pytest.mark.exercises("RMSNorm")
 def test_rms_norm_bfloat16_in_float32(probes):
-    what = "RMSNorm(64) on bfloat16 [2, 64]"
-    # computed in float32 (a mean of 64 squares), then one rounding to bfloat16
-    tol = bound(torch.bfloat16, depth=1.5, magnitude=float(ref_rms_norm(BF, W64, EPS).abs()
-                                                          .max()))
+    what = "RMSNorm(512) on bfloat16 [8, 512]"
+    # Computed in float32, then rounded once to bfloat16: every element within one unit
+    # roundoff u of the exact value (relative), so 2.05 u leaves the reference under half its
+    # tolerance; computing in bfloat16 adds three more roundings (rsqrt, two products) and
+    # lands between 2.2 u and 3.4 u on the worst element of such a batch.
+    tol = Tolerance(rtol=2.05 * unit_roundoff(torch.bfloat16), atol=0.0)
     close(result(probes, "bf16", what)["result"], ref_rms_norm(BF.to(torch.bfloat16), W64.to(
         torch.bfloat16), EPS), what, dtype=torch.bfloat16, tol=tol,
         hint="compute the statistic in float32 and cast the result back to bfloat16")

@@ -44,7 +44,7 @@ def build() -> dict[str, dict]:
         "rotate": probe("rotate_half", X),
         "rotate_strided": probe("rotate_half", X, dtype=F32, layout="strided"),
         "cache_f64": probe("rope_cache", LENGTH, DIM, BASE, F64),
-        "cache_f32": probe("rope_cache", LENGTH, DIM, 10000.0, F32),
+        "cache_f32": probe("rope_cache", LENGTH, DIM),  # the defaults: base 10000, float32
         "apply": probe("apply_rotary_pos_emb", Q, K, cos, sin, POS),
         "apply_rows": probe("apply_rotary_pos_emb", Q, K, cos, sin, POS_ROWS, dtype=F32,
                             layout="transposed"),
@@ -77,7 +77,8 @@ def test_rotate_half_pairs_the_halves(probes):
 @pytest.mark.exercises("rope_cache")
 def test_rope_cache_tables(probes):
     for key, base, dtype in (("cache_f64", BASE, F64), ("cache_f32", 10000.0, F32)):
-        what = f"rope_cache({LENGTH}, {DIM}, base={base:g}, dtype={dtype})"
+        what = (f"rope_cache({LENGTH}, {DIM}, base={base:g}, dtype={dtype})" if dtype == F64
+                else f"rope_cache({LENGTH}, {DIM}) with the default base and dtype")
         got = result(probes, key, what)["result"]
         if not isinstance(got, (list, tuple)) or len(got) != 2:
             raise AssertionError(f"{what}: expected a tuple (cos, sin)")
