@@ -92,10 +92,10 @@ def test_rms_norm_float32_non_contiguous(probes, layout):
 def test_rms_norm_bfloat16_in_float32(probes):
     what = "RMSNorm(512) on bfloat16 [8, 512]"
     # Computed in float32, then rounded once to bfloat16: every element within one unit
-    # roundoff u of the exact value (relative), so 2.05 u leaves the reference under half its
+    # roundoff u of the exact value (relative), so 2.2 u leaves the reference under half its
     # tolerance; computing in bfloat16 adds three more roundings (rsqrt, two products) and
-    # lands between 2.2 u and 3.4 u on the worst element of such a batch.
-    tol = Tolerance(rtol=2.05 * unit_roundoff(torch.bfloat16), atol=0.0)
+    # lands above 2.4 u on the worst element of a batch this size (4,096 elements).
+    tol = Tolerance(rtol=2.2 * unit_roundoff(torch.bfloat16), atol=0.0)
     close(result(probes, "bf16", what)["result"], ref_rms_norm(BF.to(torch.bfloat16), W64.to(
         torch.bfloat16), EPS), what, dtype=torch.bfloat16, tol=tol,
         hint="compute the statistic in float32 and cast the result back to bfloat16")
