@@ -1,16 +1,12 @@
-"""A second gpt submission, written from the stub's docstrings and README, differently from the
-reference where the contract allows.
+"""An independent gpt submission, written from the stub's docstrings and the README only, by
+someone other than the reference's author (it replaces a stopgap written by the author).
 
-Caveat for the lead: the assignment's author wrote it (no one else was available in the round
-that built gpt), so it is a stopgap for the fairness check of authoring.md (an implementation by
-someone who did not write the solution) and should be replaced by a truly independent one.
-
-Where it differs: RMSNorm's statistic by einsum; RMSNormFunction saves rstd of shape
-x.shape[:-1] (no trailing 1) and sums grad_w by flatten; inverse frequencies through exp/log;
-cos/sin gathered with index_select and rebuilt in the activations' dtype on every call (no
-buffers); grouped-query attention without repeating K/V (queries reshaped into groups, einsum)
-and the causal mask by torch.where on positions; a preallocated KV cache written in place;
-init by parameter names; the loss by log_softmax and gather; top-k by sorting.
+Choices of its own where the contract allows: grouped-query attention broadcasts each K/V head
+over its group of query heads (q viewed as [b, kv_heads, group, T, d]) instead of repeating K
+and V; the causal mask compares query and key positions; rotate_half is a roll by d/2 with the
+first half negated; the RoPE tables are built on demand in the activations' dtype from float64
+angles and kept in a small dict (no buffers, so dtype conversions of the module never touch
+them); the KV cache is a static buffer of max_seq_len positions per layer, filled in place.
 """
 
 from __future__ import annotations
@@ -23,9 +19,19 @@ from torch import nn
 
 from assignments.gpt.config import GPTConfig
 
+_HALF = (torch.float16, torch.bfloat16)
 
-def _wide(dtype):
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float32 if dtype in _HALF else dtype
+
+
+# ---- RMSNorm ------------------------------------------------------------------------------------
+
+
+def _inv_rms(xc: torch.Tensor, eps: float) -> torch.Tensor:
+    """1 / sqrt(mean of squares over the last dim + eps), shape [..., 1], in xc's dtype."""
+    return torch.rsqrt(torch.mean(xc * xc, dim=-1, keepdim=True) + eps)
 
 
 class RMSNorm(nn.Module):
@@ -35,66 +41,90 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        w = _wide(x.dtype)
-        y = x.to(w)
-        ms = torch.einsum("...d,...d->...", y, y)[..., None] / y.shape[-1]
-        return (y / torch.sqrt(ms + self.eps) * self.weight.to(w)).to(x.dtype)
+        cdt = _compute_dtype(x.dtype)
+        xc = x.to(cdt)
+        return (xc * _inv_rms(xc, self.eps) * self.weight.to(cdt)).to(x.dtype)
 
 
 class RMSNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        w = _wide(x.dtype)
-        y = x.to(w)
-        rstd = 1.0 / torch.sqrt((y * y).mean(-1) + eps)  # shape x.shape[:-1]
+        cdt = _compute_dtype(x.dtype)
+        xc = x.to(cdt)
+        rstd = _inv_rms(xc, eps)
+        y = (xc * rstd * weight.to(cdt)).to(x.dtype)
         ctx.save_for_backward(x, weight, rstd)
-        return (y * rstd[..., None] * weight.to(w)).to(x.dtype)
+        ctx.eps = eps
+        return y
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):
         x, weight, rstd = ctx.saved_tensors
-        w = rstd.dtype
-        r = rstd[..., None]
-        xhat = x.to(w) * r
-        g = grad_out.to(w)
-        gw = g * weight.to(w)
-        d = x.shape[-1]
-        grad_x = r * gw - xhat * r * (gw * xhat).sum(-1, keepdim=True) / d
-        grad_w = (g * xhat).flatten(0, -2).sum(0) if x.dim() > 1 else g * xhat
-        return grad_x.to(x.dtype), grad_w.to(weight.dtype), None
+        cdt = rstd.dtype
+        xhat = x.to(cdt) * rstd
+        g = grad_out.to(cdt)
+        grad_x = grad_w = None
+        if ctx.needs_input_grad[0]:
+            gw = g * weight.to(cdt)
+            proj = torch.mean(gw * xhat, dim=-1, keepdim=True)
+            grad_x = (rstd * (gw - xhat * proj)).to(x.dtype)
+        if ctx.needs_input_grad[1]:
+            dim = x.shape[-1]
+            grad_w = (g * xhat).reshape(-1, dim).sum(dim=0).to(weight.dtype)
+        return grad_x, grad_w, None
+
+
+# ---- rotary position embedding --------------------------------------------------------------------
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    a, b = x.chunk(2, dim=-1)
-    return torch.cat([b.neg(), a], dim=-1)
+    d = x.shape[-1]
+    if d % 2:
+        raise ValueError(f"rotate_half needs an even last dimension, got {d}")
+    half = d // 2
+    sign = torch.ones(d, dtype=x.dtype, device=x.device)
+    sign[:half] = -1
+    # roll by d/2 swaps the halves: [x2, x1]; the sign makes it [-x2, x1]
+    return torch.roll(x, shifts=half, dims=-1) * sign
 
 
 def rope_cache(seq_len: int, head_dim: int, base: float = 10000.0,
                dtype: torch.dtype = torch.float32,
                device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    i = torch.arange(head_dim // 2, dtype=torch.float64, device=device)
-    freq = torch.exp(-2.0 * i / head_dim * math.log(base))
-    pos = torch.arange(seq_len, dtype=torch.float64, device=device)
-    ang = pos[:, None] * freq[None, :]
-    ang = ang.repeat(1, 2)
-    return torch.cos(ang).to(dtype), torch.sin(ang).to(dtype)
+    half = head_dim // 2
+    exponent = torch.arange(half, dtype=torch.float64) * (2.0 / head_dim)
+    inv_freq = torch.pow(torch.tensor(float(base), dtype=torch.float64), -exponent)
+    pos = torch.arange(seq_len, dtype=torch.float64)
+    angles = pos.unsqueeze(1) * inv_freq.unsqueeze(0)  # [seq, half]
+    angles = angles.repeat(1, 2)  # column j uses frequency j mod half
+    return angles.cos().to(dtype=dtype, device=device), angles.sin().to(dtype=dtype,
+                                                                          device=device)
+
+
+def _table_at(table: torch.Tensor, positions: torch.Tensor | None, seq: int,
+              dtype: torch.dtype) -> torch.Tensor:
+    """Rows of `table` at `positions`, shaped to broadcast over [b, heads, seq, d]."""
+    if positions is None:
+        rows = table[:seq]
+    else:
+        rows = table[positions.to(device=table.device, dtype=torch.long)]
+    rows = rows.to(dtype)
+    if rows.dim() == 3:  # [b, seq, d] -> [b, 1, seq, d]
+        rows = rows.unsqueeze(1)
+    return rows
 
 
 def apply_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                          positions: torch.Tensor | None = None
                          ) -> tuple[torch.Tensor, torch.Tensor]:
-    if positions is None:
-        positions = torch.arange(q.shape[2])
-    c, s = cos.index_select(0, positions.reshape(-1)), sin.index_select(0, positions.reshape(-1))
-    c = c.reshape(*positions.shape, -1)
-    s = s.reshape(*positions.shape, -1)
-    if positions.dim() == 2:
-        c, s = c[:, None], s[:, None]
+    c = _table_at(cos, positions, q.shape[-2], q.dtype)
+    s = _table_at(sin, positions, q.shape[-2], q.dtype)
+    q_rot = q * c + rotate_half(q) * s
+    k_rot = (k.to(q.dtype) * c + rotate_half(k.to(q.dtype)) * s).to(k.dtype)
+    return q_rot, k_rot
 
-    def rot(t):
-        return t * c.to(t.dtype) + rotate_half(t) * s.to(t.dtype)
 
-    return rot(q), rot(k)
+# ---- SwiGLU -------------------------------------------------------------------------------------
 
 
 class SwiGLU(nn.Module):
@@ -105,58 +135,88 @@ class SwiGLU(nn.Module):
         self.down = nn.Linear(hidden_dim, dim, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        g = self.gate(x)
-        return self.down(g * torch.sigmoid(g) * self.up(x))
+        a = self.gate(x)
+        return self.down(a * torch.sigmoid(a) * self.up(x))
+
+
+# ---- attention ----------------------------------------------------------------------------------
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
               causal: bool = True) -> torch.Tensor:
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError(f"attention takes 4-D q, k, v; got {tuple(q.shape)}, "
+                         f"{tuple(k.shape)}, {tuple(v.shape)}")
     if k.shape != v.shape:
-        raise ValueError("k and v differ")
-    b, h, tq, d = q.shape
-    hk, tk = k.shape[1], k.shape[2]
-    if h % hk:
-        raise ValueError("heads")
+        raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and "
+                         f"{tuple(v.shape)}")
+    b, n_heads, tq, d = q.shape
+    kb, n_kv, tk, kd = k.shape
+    if n_kv < 1 or n_heads % n_kv:
+        raise ValueError(f"n_heads ({n_heads}) must be a multiple of n_kv_heads ({n_kv})")
+    if kb != b or kd != d:
+        raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} disagree in batch or "
+                         f"head_dim")
     if causal and tq > tk:
-        raise ValueError("tq > tk")
-    g = h // hk
-    w = _wide(q.dtype)
-    qg = q.to(w).reshape(b, hk, g, tq, d)
-    s = torch.einsum("bkgqd,bktd->bkgqt", qg, k.to(w)) / math.sqrt(d)
+        raise ValueError(f"causal attention needs seq_q <= seq_k, got {tq} > {tk}")
+    group = n_heads // n_kv
+    cdt = _compute_dtype(q.dtype)
+    qg = q.to(cdt).reshape(b, n_kv, group, tq, d)  # query head h = j * group + r
+    kg = k.to(cdt).unsqueeze(2)  # [b, n_kv, 1, tk, d], shared by the group
+    vg = v.to(cdt).unsqueeze(2)
+    scores = torch.matmul(qg, kg.transpose(-1, -2)) * (1.0 / math.sqrt(d))
     if causal:
-        qpos = torch.arange(tk - tq, tk)[:, None]
-        kpos = torch.arange(tk)[None, :]
-        s = torch.where(kpos <= qpos, s, torch.tensor(float("-inf"), dtype=w))
-    p = torch.softmax(s, dim=-1)
-    out = torch.einsum("bkgqt,bktd->bkgqd", p, v.to(w))
-    return out.reshape(b, h, tq, d).to(q.dtype)
+        q_pos = torch.arange(tk - tq, tk, device=q.device).unsqueeze(1)
+        k_pos = torch.arange(tk, device=q.device).unsqueeze(0)
+        scores = scores.masked_fill(k_pos > q_pos, float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    out = torch.matmul(probs, vg)  # [b, n_kv, group, tq, d]
+    return out.reshape(b, n_heads, tq, d).to(q.dtype)
+
+
+# ---- the model ----------------------------------------------------------------------------------
 
 
 class CausalSelfAttention(nn.Module):
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
-        self.h, self.hk, self.d = config.n_heads, config.kv_heads, config.head_dim
-        self.wq = nn.Linear(config.dim, self.h * self.d, bias=False)
-        self.wk = nn.Linear(config.dim, self.hk * self.d, bias=False)
-        self.wv = nn.Linear(config.dim, self.hk * self.d, bias=False)
-        self.wo = nn.Linear(self.h * self.d, config.dim, bias=False)
+        self.n_heads = config.n_heads
+        self.n_kv_heads = config.kv_heads
+        self.head_dim = config.head_dim
+        self.max_seq_len = config.max_seq_len
+        self.wq = nn.Linear(config.dim, config.n_heads * config.head_dim, bias=False)
+        self.wk = nn.Linear(config.dim, config.kv_heads * config.head_dim, bias=False)
+        self.wv = nn.Linear(config.dim, config.kv_heads * config.head_dim, bias=False)
+        self.wo = nn.Linear(config.n_heads * config.head_dim, config.dim, bias=False)
+
+    def _heads(self, t: torch.Tensor, n: int) -> torch.Tensor:
+        b, seq, _ = t.shape
+        return t.view(b, seq, n, self.head_dim).transpose(1, 2)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 positions: torch.Tensor | None = None, kv_cache: dict | None = None
                 ) -> torch.Tensor:
-        b, t, _ = x.shape
-        q = self.wq(x).reshape(b, t, self.h, self.d).permute(0, 2, 1, 3)
-        k = self.wk(x).reshape(b, t, self.hk, self.d).permute(0, 2, 1, 3)
-        v = self.wv(x).reshape(b, t, self.hk, self.d).permute(0, 2, 1, 3)
+        b, seq, _ = x.shape
+        q = self._heads(self.wq(x), self.n_heads)
+        k = self._heads(self.wk(x), self.n_kv_heads)
+        v = self._heads(self.wv(x), self.n_kv_heads)
+        past = 0 if kv_cache is None else kv_cache.get("length", 0)
+        if positions is None:
+            positions = torch.arange(past, past + seq, device=x.device)
         q, k = apply_rotary_pos_emb(q, k, cos, sin, positions)
         if kv_cache is not None:
-            n = kv_cache["n"]
-            kv_cache["k"][:, :, n:n + t] = k
-            kv_cache["v"][:, :, n:n + t] = v
-            kv_cache["n"] = n + t
-            k, v = kv_cache["k"][:, :, :n + t], kv_cache["v"][:, :, :n + t]
-        o = attention(q, k, v, causal=True)
-        return self.wo(o.permute(0, 2, 1, 3).reshape(b, t, self.h * self.d))
+            # A static buffer per layer: keys are stored already rotated, at their positions.
+            if "k" not in kv_cache:
+                shape = (b, self.n_kv_heads, self.max_seq_len, self.head_dim)
+                kv_cache["k"] = k.new_zeros(shape)
+                kv_cache["v"] = v.new_zeros(shape)
+            end = past + seq
+            kv_cache["k"][:, :, past:end] = k
+            kv_cache["v"][:, :, past:end] = v
+            kv_cache["length"] = end
+            k, v = kv_cache["k"][:, :, :end], kv_cache["v"][:, :, :end]
+        y = attention(q, k, v, causal=True)
+        return self.wo(y.transpose(1, 2).reshape(b, seq, self.n_heads * self.head_dim))
 
 
 class Block(nn.Module):
@@ -170,8 +230,8 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 positions: torch.Tensor | None = None, kv_cache: dict | None = None
                 ) -> torch.Tensor:
-        x = x + self.attn(self.attn_norm(x), cos, sin, positions, kv_cache)
-        return x + self.mlp(self.mlp_norm(x))
+        h = x + self.attn(self.attn_norm(x), cos, sin, positions, kv_cache)
+        return h + self.mlp(self.mlp_norm(h))
 
 
 class GPT(nn.Module):
@@ -179,81 +239,108 @@ class GPT(nn.Module):
         super().__init__()
         self.config = config
         self.tok_emb = nn.Embedding(config.vocab_size, config.dim)
-        self.blocks = nn.ModuleList([Block(config) for _ in range(config.n_layers)])
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
         self.norm = RMSNorm(config.dim, config.norm_eps)
         self.lm_head = nn.Linear(config.dim, config.vocab_size, bias=False)
-        self.lm_head.weight = self.tok_emb.weight
+        self.lm_head.weight = self.tok_emb.weight  # tied: one Parameter
+        self._tables: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
         self.init_weights()
 
     def init_weights(self) -> None:
+        std = 0.02
+        residual_std = 0.02 / math.sqrt(2 * self.config.n_layers)
         with torch.no_grad():
-            for name, p in self.named_parameters():
-                if name.endswith("norm.weight"):
-                    p.fill_(1.0)
-                elif name.endswith(("attn.wo.weight", "mlp.down.weight")):
-                    p.normal_(0.0, 0.02 / math.sqrt(2 * self.config.n_layers))
-                else:
-                    p.normal_(0.0, 0.02)
+            self.tok_emb.weight.normal_(0.0, std)
+            for block in self.blocks:
+                attn, mlp = block.attn, block.mlp
+                for lin in (attn.wq, attn.wk, attn.wv, mlp.gate, mlp.up):
+                    lin.weight.normal_(0.0, std)
+                attn.wo.weight.normal_(0.0, residual_std)
+                mlp.down.weight.normal_(0.0, residual_std)
+                block.attn_norm.weight.fill_(1.0)
+                block.mlp_norm.weight.fill_(1.0)
+            self.norm.weight.fill_(1.0)
+        self.lm_head.weight = self.tok_emb.weight
 
-    def _tables(self, dtype):
-        # rebuilt in the activations' dtype each call
-        return rope_cache(self.config.max_seq_len, self.config.head_dim, self.config.rope_base,
-                          dtype=dtype)
+    def _rope(self, dtype: torch.dtype, device: torch.device
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+        key = (dtype, str(device))
+        if key not in self._tables:
+            cfg = self.config
+            self._tables[key] = rope_cache(cfg.max_seq_len, cfg.head_dim, cfg.rope_base,
+                                           dtype=dtype, device=device)
+        return self._tables[key]
 
-    def _run(self, idx, positions=None, caches=None):
+    def _run(self, idx: torch.Tensor, caches: list[dict] | None = None,
+             start: int = 0) -> torch.Tensor:
         x = self.tok_emb(idx)
-        cos, sin = self._tables(x.dtype)
-        for i, blk in enumerate(self.blocks):
-            x = blk(x, cos, sin, positions, None if caches is None else caches[i])
+        cos, sin = self._rope(x.dtype, x.device)
+        seq = idx.shape[1]
+        positions = torch.arange(start, start + seq, device=idx.device)
+        for i, block in enumerate(self.blocks):
+            x = block(x, cos, sin, positions, None if caches is None else caches[i])
         return self.lm_head(self.norm(x))
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        if idx.shape[1] > self.config.max_seq_len:
-            raise ValueError("too long")
+        if idx.dim() != 2:
+            raise ValueError(f"idx must be [batch, seq], got {tuple(idx.shape)}")
+        seq = idx.shape[1]
+        if seq < 1 or seq > self.config.max_seq_len:
+            raise ValueError(f"sequence of {seq} tokens; the model takes 1 .. "
+                             f"{self.config.max_seq_len}")
         logits = self._run(idx)
-        if targets is None:
-            return logits, None
-        flat = targets.reshape(-1)
-        logp = torch.log_softmax(logits.reshape(-1, logits.shape[-1]), -1)
-        keep = flat != -1
-        return logits, -logp[keep].gather(1, flat[keep][:, None]).mean()
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
+                                   ignore_index=-1)
+        return logits, loss
+
+    def _pick(self, logits: torch.Tensor, temperature: float, top_k: int | None,
+              generator: torch.Generator | None) -> torch.Tensor:
+        if temperature == 0:
+            return torch.argmax(logits, dim=-1, keepdim=True)
+        scaled = logits / temperature
+        if top_k is not None:
+            k = min(int(top_k), scaled.shape[-1])
+            if k < 1:
+                raise ValueError(f"top_k must be >= 1, got {top_k}")
+            kth = torch.topk(scaled, k, dim=-1).values[..., -1:]
+            scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+        probs = torch.softmax(scaled, dim=-1)
+        return torch.multinomial(probs, 1, generator=generator)
 
     @torch.no_grad()
     def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
                  top_k: int | None = None, generator: torch.Generator | None = None,
                  use_cache: bool = True) -> torch.Tensor:
-        b, t = idx.shape
-        if t + max_new_tokens > self.config.max_seq_len:
-            raise ValueError("too long")
-        mode = self.training
+        if idx.dim() != 2 or idx.shape[1] < 1:
+            raise ValueError(f"idx must be [batch, seq] with seq >= 1, got {tuple(idx.shape)}")
+        if max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+        total = idx.shape[1] + max_new_tokens
+        if total > self.config.max_seq_len:
+            raise ValueError(f"prompt of {idx.shape[1]} + {max_new_tokens} new tokens exceeds "
+                             f"max_seq_len {self.config.max_seq_len}")
+        was_training = self.training
         self.eval()
-        seq = idx
-        caches = None
-        if use_cache and max_new_tokens > 0:
-            p = self.tok_emb.weight
-            caches = [{"n": 0,
-                       "k": torch.zeros(b, self.config.kv_heads, self.config.max_seq_len,
-                                        self.config.head_dim, dtype=p.dtype),
-                       "v": torch.zeros(b, self.config.kv_heads, self.config.max_seq_len,
-                                        self.config.head_dim, dtype=p.dtype)}
-                      for _ in self.blocks]
-            last = self._run(idx, None, caches)[:, -1]
-        for i in range(max_new_tokens):
-            if not use_cache:
-                last = self._run(seq)[:, -1]
-            if temperature == 0:
-                nxt = torch.argmax(last, dim=-1)[:, None]
+        try:
+            seq = idx.clone()
+            if max_new_tokens == 0:
+                return seq
+            if use_cache:
+                caches: list[dict] = [{} for _ in self.blocks]
+                logits = self._run(seq, caches, 0)[:, -1]
+                for step in range(max_new_tokens):
+                    nxt = self._pick(logits, temperature, top_k, generator)
+                    seq = torch.cat((seq, nxt.to(seq.dtype)), dim=1)
+                    if step + 1 < max_new_tokens:
+                        logits = self._run(nxt, caches, seq.shape[1] - 1)[:, -1]
             else:
-                z = last / temperature
-                if top_k is not None:
-                    vals = torch.sort(z, dim=-1, descending=True).values
-                    cut = vals[:, min(top_k, z.shape[-1]) - 1][:, None]
-                    z = torch.where(z < cut, torch.full_like(z, float("-inf")), z)
-                nxt = torch.multinomial(F.softmax(z, dim=-1), 1, generator=generator)
-            seq = torch.cat([seq, nxt], dim=1)
-            if use_cache and i < max_new_tokens - 1:
-                n = caches[0]["n"]
-                last = self._run(nxt, torch.tensor([n]), caches)[:, -1]
-        self.train(mode)
-        return seq
+                for _ in range(max_new_tokens):
+                    logits = self(seq)[0][:, -1]
+                    nxt = self._pick(logits, temperature, top_k, generator)
+                    seq = torch.cat((seq, nxt.to(seq.dtype)), dim=1)
+            return seq
+        finally:
+            self.train(was_training)
