@@ -121,27 +121,15 @@ def layer_reference(params: dict[str, torch.Tensor], xs: list[torch.Tensor],
 
 def diagnose(x: torch.Tensor, params: dict[str, torch.Tensor], k: int, cf: float | None,
              got: torch.Tensor) -> str:
-    """A likely cause when `got` (a wrong output) equals a known wrong version."""
-    hints = {
-        "no_weights": "the output is the plain sum of the expert outputs: multiply each "
-                      "expert's output by its router weight before adding",
-        "renormalise_kept": "a dropped choice contributes nothing, and the kept choices keep "
-                            "their weights: do not renormalise over the kept ones",
-        "no_drop": "nothing was dropped: drop what exceeds C = expert_capacity(T, E, k, "
-                   "capacity_factor) slots per expert",
-        "token_major": "wrong drop order: every first choice comes before any second choice "
-                       "(capacity_mask)",
-    }
-    for variant, hint in hints.items():
-        if variant in ("renormalise_kept", "no_drop", "token_major") and cf is None:
-            continue
-        if variant == "no_weights" and k == 1 and cf is None:
-            continue
+    """Which known wrong version (a `dense_moe` variant) `got` equals, if any, among those this
+    case tells apart from the right answer; "" if none."""
+    right = dense_moe(x, params, k, cf)[0]
+    for variant in ("no_weights", "renormalise_kept", "no_drop", "token_major"):
         alt = dense_moe(x, params, k, cf, variant)[0]
-        if torch.allclose(alt, dense_moe(x, params, k, cf)[0], atol=1e-9, rtol=1e-9):
+        if torch.allclose(alt, right, atol=1e-9, rtol=1e-9):
             continue  # this case cannot tell the variant from the right answer
         if got.shape == alt.shape and torch.allclose(got.to(DTYPE), alt, atol=1e-9, rtol=1e-9):
-            return hint
+            return variant
     return ""
 
 

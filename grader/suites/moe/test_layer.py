@@ -46,8 +46,19 @@ def test_forward(launch, impl, world, name):
         y = v["y"]
         if not bool((y - expected[r]["y"]).abs().max() <= 1e-8):
             cause = diagnose(case["xs"][r], case["params"], case["k"], case["cf"], y)
-            if cause:
-                raise AssertionError(f"{what} output: {cause}")
+            if cause == "no_weights":
+                raise AssertionError(f"{what} output: the plain sum of the expert outputs; "
+                                     f"multiply each expert's output by its router weight")
+            if cause == "renormalise_kept":
+                raise AssertionError(f"{what} output: a dropped choice contributes nothing and "
+                                     f"the kept ones keep their weights: do not renormalise "
+                                     f"over the kept ones")
+            if cause == "no_drop":
+                raise AssertionError(f"{what} output: nothing was dropped; drop what exceeds "
+                                     f"C = expert_capacity(T, E, k, capacity_factor) per expert")
+            if cause == "token_major":
+                raise AssertionError(f"{what} output: wrong drop order; every first choice "
+                                     f"comes before any second choice (capacity_mask)")
         check(y, expected[r]["y"], f"{what} output",
               hint=f"route, drop over capacity, send to expert e's rank e // (E/N) "
                    f"(E={EXPERTS}, N={world}), SwiGLU, send back, weight and add")

@@ -102,6 +102,6 @@ def test_experts_stay_local(launch, impl, world):
     budget = (EXPERTS * HIDDEN + local * 3 * FFN * HIDDEN) * 8
     for name, r, got, _, _ in _layers(launch, impl, world):
         assert got["held"] <= budget, (
-            f"{where(r, world)} MoELayer.from_dense ({name}) holds {got['held']} bytes of "
-            f"tensors; the router plus E/N={local} experts is {budget} bytes: copy this rank's "
-            f"experts (.clone()), never keep views of the dense weights")
+            f"{where(r, world)} MoELayer.from_dense: never keep views of the dense weights, "
+            f"copy (.clone()) this rank's experts; it holds {got['held']} bytes, the router "
+            f"plus E/N={local} experts are {budget} ({name})")
