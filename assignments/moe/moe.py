@@ -168,10 +168,12 @@ class MoELayer(nn.Module):
           not renormalised; a token with every choice dropped gets a zero row (the caller's
           residual connection carries it). y does not include x (no residual inside).
         Communication (README §7): forward makes exactly three `dist.all_to_all_single` calls
-        on `group`: first the counts (an integer tensor of N or E elements), then the tokens,
-        then the results back; the token buffers hold only kept assignments (each token at most
-        once per kept choice). Backward makes exactly two, both floating: the results' and the
-        tokens' reverse. A rank that receives no tokens still takes part in every call.
+        on `group`: first the counts (an integer tensor of N or E elements), then the tokens
+        (rows of x, H elements each, nothing else), then the results back (rows of H). The
+        token buffers hold only kept assignments, each token at most once per kept choice; rows
+        for this rank's own experts may go through the all-to-all (split r) or stay local.
+        Backward makes exactly two, both floating: the results' and the tokens' reverse. A rank
+        that receives no tokens still takes part in every call.
         Gradients: the router's weight gradient is that of this rank's tokens only (no
         all-reduce: syncing replicated weights is the data-parallel layer's job); each local
         expert's gradients sum over the tokens of every rank that reached it. An expert that

@@ -317,18 +317,24 @@ def _run_invalid(m, what: str) -> dict[str, str]:
     if what == "route":
         return {"k=0": _raises_value_error(lambda: m.route(logits, 0)),
                 "k=E+1": _raises_value_error(lambda: m.route(logits, 5)),
-                "1-D logits": _raises_value_error(lambda: m.route(logits[0], 1))}
+                "1-D logits": _raises_value_error(lambda: m.route(logits[0], 1)),
+                "accepted: k=E": _raises_value_error(lambda: m.route(logits, 4))}
     if what == "capacity":
         return {"capacity_factor=0": _raises_value_error(
                     lambda: m.expert_capacity(8, 4, 1, 0.0)),
                 "capacity_factor<0": _raises_value_error(
-                    lambda: m.expert_capacity(8, 4, 1, -1.0))}
+                    lambda: m.expert_capacity(8, 4, 1, -1.0)),
+                "num_experts=0": _raises_value_error(lambda: m.expert_capacity(8, 0, 1, 1.0)),
+                "k=0": _raises_value_error(lambda: m.expert_capacity(8, 4, 0, 1.0)),
+                "num_tokens=-1": _raises_value_error(lambda: m.expert_capacity(-1, 4, 1, 1.0))}
     if what == "all_to_all":
         x = torch.zeros(3, 2, dtype=DTYPE)
         return {"one split too few": _raises_value_error(
                     lambda: m.all_to_all_tokens(x, [3], [3])),
                 "splits do not add up to x's rows": _raises_value_error(
-                    lambda: m.all_to_all_tokens(x, [1, 1], [1, 1]))}
+                    lambda: m.all_to_all_tokens(x, [1, 1], [1, 1])),
+                "one recv split too few": _raises_value_error(
+                    lambda: m.all_to_all_tokens(x, [1, 2], [3]))}
     if what == "layer":
         router, wg = torch.zeros(3, 4, dtype=DTYPE), torch.zeros(3, 5, 4, dtype=DTYPE)
         wd = torch.zeros(3, 4, 5, dtype=DTYPE)
@@ -337,9 +343,30 @@ def _run_invalid(m, what: str) -> dict[str, str]:
         return {"E=3 on 2 ranks": _raises_value_error(
                     lambda: m.MoELayer.from_dense(router, wg, wg, wd, k=1)),
                 "k=0": _raises_value_error(lambda: m.MoELayer(4, 5, 8, k=0)),
+                "accepted: k=E": _raises_value_error(lambda: m.MoELayer(4, 5, 8, k=8)),
                 "w_down of the wrong shape": _raises_value_error(
                     lambda: m.MoELayer.from_dense(router8, wg8, wg8, wd8[:, :, :3], k=1))}
     raise ValueError(what)
+
+
+def _run_fresh(ctx, m, name: str, c: dict) -> dict:
+    """A randomly initialised layer (defaults), and a from_dense one whose arguments are then
+    overwritten in place: its parameters must not change (copies, not views)."""
+    layer = m.MoELayer(c["hidden"], c["ffn"], c["experts"])
+    params = {"router": layer.router.weight, "w_gate": layer.w_gate, "w_up": layer.w_up,
+              "w_down": layer.w_down}
+    fresh = {"k": layer.k, "capacity_factor": layer.capacity_factor,
+             "shapes": {n: list(p.shape) for n, p in params.items()},
+             "dtypes": {n: str(p.dtype) for n, p in params.items()},
+             "max_abs": {n: float(p.detach().abs().max()) for n, p in params.items()}}
+    dense = {n: t.clone() for n, t in c["dense"].items()}
+    built = m.MoELayer.from_dense(dense["router"], dense["w_gate"], dense["w_up"],
+                                  dense["w_down"])
+    for t in dense.values():
+        t.fill_(7.0)
+    return {"fresh": fresh, "from_dense_k": built.k,
+            "after": {"router": built.router.weight.detach(), "w_gate": built.w_gate.detach(),
+                      "w_up": built.w_up.detach(), "w_down": built.w_down.detach()}}
 
 
 def rank_all(ctx, cases: dict[str, dict]) -> dict:
@@ -351,7 +378,7 @@ def rank_all(ctx, cases: dict[str, dict]) -> dict:
             m_box["m"] = ctx.impl_module("moe", "moe")
         return m_box["m"]
 
-    handlers = {"layer": _run_layer, "a2a": _run_a2a}
+    handlers = {"layer": _run_layer, "a2a": _run_a2a, "fresh": _run_fresh}
     parts = []
     for name, c in cases.items():
         handler = handlers.get(c["kind"], _run_unit)
@@ -382,6 +409,8 @@ def cases_for(world: int) -> dict[str, dict]:
             cases[f"layer {layer_name(k, cf, empty is not None)}"] = layer_case(
                 world, k, cf, seed, empty)
         if world == 2:
+            cases["layer fresh"] = {"kind": "fresh", "hidden": 16, "ffn": 64, "experts": 8,
+                                    "dense": dense_params(140)}
             for what in ("route", "capacity", "all_to_all", "layer"):
                 cases[f"invalid {what}"] = {"kind": "invalid", "what": what}
         _REFS[world] = cases

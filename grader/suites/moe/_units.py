@@ -11,10 +11,12 @@ import torch
 from grader.seeds import seeded_generator
 from grader.suites.moe._common import DTYPE, dense_keep, dense_route, randn
 
-ROUTE = {"k=1": (1, 400, 2.0), "k=2": (2, 410, 2.0), "k=3-large_logits": (3, 420, 50.0)}
+ROUTE = {"k=1": (1, 400, 2.0), "k=2": (2, 410, 2.0), "k=3-large_logits": (3, 420, 50.0),
+         "k=6-every_expert": (6, 425, 2.0)}
 Z_LOSS = {"random_logits": (450, 3.0), "large_logits": (460, 1000.0)}
 CAPACITY_ARGS = [(10, 4, 1, 1.0), (10, 4, 2, 1.25), (8, 4, 2, 1.0), (7, 8, 1, 1.5),
-                 (0, 4, 1, 1.0), (16, 8, 2, 2.0), (3, 8, 2, 1.0), (9, 6, 2, 1.5)]
+                 (0, 4, 1, 1.0), (16, 8, 2, 2.0), (3, 8, 2, 1.0), (9, 6, 2, 1.5),
+                 (5, 1, 1, 1.0)]
 
 
 def separated_logits(logits: torch.Tensor, k: int) -> bool:

@@ -52,7 +52,7 @@ def test_backward(launch, impl, world, name):
                           "recv_splits, receive by send_splits)")
 
 
-@pytest.mark.points(2)
+@pytest.mark.points(1)
 @pytest.mark.parametrize("world,name", CASES[:1] + CASES[2:3])
 def test_one_call_each_way(launch, impl, world, name):
     result = run(launch, impl, world)

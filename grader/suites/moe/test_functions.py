@@ -114,7 +114,7 @@ def test_expert_capacity(launch, impl):
 
 
 @pytest.mark.exercises("capacity_mask")
-@pytest.mark.points(5)
+@pytest.mark.points(4)
 def test_capacity_mask(launch, impl):
     got, case = _case(launch, impl, "capacity_mask")
     for (experts, n, cap), keep, want, wrong in zip(case["args"], got, case["expected"],
