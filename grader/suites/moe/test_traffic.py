@@ -1,0 +1,107 @@
+"""What MoELayer communicates and holds, read from the layer runs of test_layer (README §7).
+
+Per layer and rank, forward: exactly three all_to_all_single calls (the counts, an integer
+tensor of N or E elements; the tokens; the results back); backward: exactly two, floating. The
+token buffers carry between the rows that must leave the rank (distinct (token, other rank)
+pairs) and every kept assignment: an all-gather of every token is over budget, and so is any
+collective that moves expert weights. Memory: the module holds the router and E/N experts.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from grader.suites.moe._common import (
+    EXPERTS,
+    FFN,
+    HIDDEN,
+    INTEGER_DTYPES,
+    LAYER_SPECS,
+    NOT_COMMUNICATION,
+    cases_for,
+    describe,
+    layer_name,
+    run,
+    values,
+    where,
+)
+from harness.commlog import windows
+
+pytestmark = pytest.mark.exercises("MoELayer")
+WORLDS = [pytest.param(w, id=f"world_size={w}") for w in (2, 4)]
+
+
+def _layers(launch, impl, world: int):
+    result = run(launch, impl, world)
+    for k, cf, _, empty in LAYER_SPECS[world]:
+        name = layer_name(k, cf, empty is not None)
+        got = values(result, f"layer {name}")
+        case = cases_for(world)[f"layer {name}"]
+        for r in range(world):
+            yield name, r, got[r], case["bounds"][r], windows(result.comm[r])
+
+
+def _within(record, lo: int, hi: int, side: str) -> bool:
+    numel = record.numel if side == "send" else record.out_numel
+    return lo <= numel <= hi
+
+
+@pytest.mark.points(3)
+@pytest.mark.parametrize("world", WORLDS)
+def test_forward_is_three_all_to_alls(launch, impl, world):
+    for name, r, _, bounds, win in _layers(launch, impl, world):
+        what = f"{where(r, world)} MoELayer ({name}) forward"
+        calls = [c for c in win[f"layer {name} forward"] if c.op not in NOT_COMMUNICATION]
+        gathers = [c for c in calls if "gather" in c.op or "broadcast" in c.op]
+        assert not gathers, (
+            f"{what} made {describe(calls)}: never all_gather (or broadcast) tokens or weights; "
+            f"send each kept row only to its expert's rank with all_to_all_single")
+        ops = [c.op for c in calls]
+        assert ops == ["all_to_all_single"] * 3, (
+            f"{what} made {describe(calls)}; the budget is exactly three all_to_all_single "
+            f"calls: the counts, the tokens, the results")
+        counts, tokens, results = calls
+        assert counts.dtype in INTEGER_DTYPES and counts.numel in (world, EXPERTS), (
+            f"{what}: the first all_to_all_single carries the counts, an integer tensor of N "
+            f"or E elements; got {counts.numel} elements of {counts.dtype}")
+        lo, hi = bounds["send"]
+        assert _within(tokens, lo, hi, "send"), (
+            f"{what}: the token all-to-all sent {tokens.numel} elements; the kept rows that "
+            f"leave this rank make between {lo} and {hi} (rows x H={HIDDEN}): send each kept "
+            f"assignment once, nothing else")
+        rlo, rhi = bounds["recv"]
+        assert _within(results, rlo, rhi, "send") and _within(results, lo, hi, "recv"), (
+            f"{what}: the results all-to-all sent {results.numel} and received "
+            f"{results.out_numel} elements; expected the rows this rank received ({rlo}-{rhi}) "
+            f"back to their senders ({lo}-{hi})")
+
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize("world", WORLDS)
+def test_backward_is_two_all_to_alls(launch, impl, world):
+    for name, r, _, bounds, win in _layers(launch, impl, world):
+        what = f"{where(r, world)} MoELayer ({name}) backward"
+        calls = [c for c in win[f"layer {name} backward"] if c.op not in NOT_COMMUNICATION]
+        ops = [c.op for c in calls]
+        assert ops == ["all_to_all_single"] * 2, (
+            f"{what} made {describe(calls)}; the budget is exactly two all_to_all_single "
+            f"calls, the reverses of the token and result all-to-alls (no all-reduce: the "
+            f"router's gradient stays per rank)")
+        lo, hi = min(bounds["send"][0], bounds["recv"][0]), max(bounds["send"][1],
+                                                                bounds["recv"][1])
+        for c in calls:
+            assert c.dtype not in INTEGER_DTYPES and lo <= c.numel <= hi, (
+                f"{what}: an all_to_all_single of {c.numel} {c.dtype} elements; gradients of "
+                f"the routed rows only ({lo}-{hi} elements)")
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("world", WORLDS)
+def test_experts_stay_local(launch, impl, world):
+    local = EXPERTS // world
+    budget = (EXPERTS * HIDDEN + local * 3 * FFN * HIDDEN) * 8
+    for name, r, got, _, _ in _layers(launch, impl, world):
+        assert got["held"] <= budget, (
+            f"{where(r, world)} MoELayer.from_dense: never keep views of the dense weights, "
+            f"copy (.clone()) this rank's experts; it holds {got['held']} bytes, the router "
+            f"plus E/N={local} experts are {budget} ({name})")
