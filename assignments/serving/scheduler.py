@@ -64,8 +64,10 @@ class Scheduler:
            it gets nothing.
         2. Prefills that go on: each running request still prefilling, oldest first, gets
            min(len(tokens) - num_computed, tokens left in the budget), if any are left.
-        3. Admission: while requests wait, fewer than max_num_seqs run and budget is left,
-           the first waiting request is admitted: with a cache, its cached prefix is
+        3. Admission, only when steps 1 and 2 preempted nobody (as in vLLM: memory is short,
+           so admitting more would only thrash): while requests wait, fewer than
+           max_num_seqs run and budget is left, the first waiting request is admitted:
+           with a cache, its cached prefix is
            `cache.match_prefix(tokens[:-1])` (never the whole: at least one token must be
            computed to get logits), referenced with `cache.inc_ref(node)` and its blocks with
            `manager.incref`; it gets min(len(tokens) - cached, budget left) tokens. The

@@ -48,6 +48,7 @@ class Scheduler:
         self.hit_tokens = 0
         self.lookup_tokens = 0
         self._arrival: dict[int, int] = {}
+        self._preemptions = 0
 
     def add(self, request: Request) -> None:
         """Queue a new request (status WAITING, at the back of `waiting`).
@@ -84,8 +85,10 @@ class Scheduler:
            it gets nothing.
         2. Prefills that go on: each running request still prefilling, oldest first, gets
            min(len(tokens) - num_computed, tokens left in the budget), if any are left.
-        3. Admission: while requests wait, fewer than max_num_seqs run and budget is left,
-           the first waiting request is admitted: with a cache, its cached prefix is
+        3. Admission, only when steps 1 and 2 preempted nobody (as in vLLM: memory is short,
+           so admitting more would only thrash): while requests wait, fewer than
+           max_num_seqs run and budget is left, the first waiting request is admitted:
+           with a cache, its cached prefix is
            `cache.match_prefix(tokens[:-1])` (never the whole: at least one token must be
            computed to get logits), referenced with `cache.inc_ref(node)` and its blocks with
            `manager.incref`; it gets min(len(tokens) - cached, budget left) tokens. The
@@ -105,6 +108,7 @@ class Scheduler:
         tokens planned, at once (so a plan made while a forward is in flight sees it).
         """
         budget = self.max_num_tokens
+        preemptions_before = self._preemptions
         batch: list[ScheduledEntry] = []
         planned: set[int] = set()
         # 1. Decodes first: a decode is one token, and delaying it stalls a user mid-answer.
@@ -134,8 +138,11 @@ class Scheduler:
                 batch.append(ScheduledEntry(req, start, take))
                 planned.add(req.request_id)
                 budget -= take
-        # 3. Admit waiting prompts first come, first served, into what is left.
-        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+        # 3. Admit waiting prompts first come, first served, into what is left -- unless
+        # memory was short enough to preempt someone this step.
+        preempted_now = self._preemptions != preemptions_before
+        while not preempted_now and self.waiting and budget > 0 \
+                and len(self.running) < self.max_num_seqs:
             entry = self._admit(self.waiting[0], budget)
             if entry is None:
                 break
@@ -191,6 +198,7 @@ class Scheduler:
         released, num_computed = 0, output kept, num_preemptions + 1, back at its arrival
         place in `waiting`."""
         self._release(req)
+        self._preemptions += 1
         req.num_computed = 0
         req.status = Status.WAITING
         req.num_preemptions += 1

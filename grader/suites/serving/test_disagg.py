@@ -1,0 +1,81 @@
+"""Disaggregated prefill/decode on 2 ranks (README §7): rank 0 prefills and sends each
+request's KV and first token, rank 1 decodes. Outputs equal one-request-at-a-time
+generation; the bytes rank 0 sends (as the sidecars outside the ranks carried them) are
+exactly each request's KV (2 x len(prompt) x DIM x 8) and its 8-byte token, in order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from assignments.serving.model import DIM
+from grader.suites.serving._common import MEMO, reference_outputs
+from grader.suites.serving._gen import draw_ints, workload
+from harness.cases import case_value
+
+pytestmark = pytest.mark.exercises("prefill_and_send", "recv_and_decode")
+MODEL_SEED = 5
+REQUESTS = workload(draw_ints(13)[12], 6, prompt=(2, 18), max_tokens=(1, 9))
+NUM_BLOCKS = 200
+
+
+def rank_disagg(ctx: Any, requests: list[dict], num_blocks: int, model_seed: int) -> dict:
+    from assignments.serving.model import TinyLM
+    from assignments.serving.request import Request
+    from harness.cases import run_cases
+
+    for name in ("radix", "scheduler"):
+        ctx.impl_module("serving", name)
+    engine = ctx.impl_module("serving", "engine")
+
+    def case() -> Any:
+        model = TinyLM(num_blocks, seed=model_seed)
+        reqs = [Request(**spec) for spec in requests]
+        if ctx.rank == 0:
+            engine.prefill_and_send(model, reqs, 1)
+            return None
+        return engine.recv_and_decode(model, reqs, 0)
+
+    return run_cases(ctx, [("disagg", case)])
+
+
+@pytest.fixture(scope="module")
+def result(launch):
+    return MEMO.get("disagg", lambda: launch(
+        rank_disagg, world_size=2, args=(REQUESTS, NUM_BLOCKS, MODEL_SEED),
+        timeout=MEMO.timeout(60.0), transport="sidecar", backend="gloo"))
+
+
+@pytest.mark.points(2)
+def test_disaggregated_outputs(result):
+    outputs = case_value(result.values[1]["disagg"], "recv_and_decode (rank 1)")
+    case_value(result.values[0]["disagg"], "prefill_and_send (rank 0)")
+    want = reference_outputs(REQUESTS, MODEL_SEED)
+    for spec in REQUESTS:
+        rid = spec["request_id"]
+        got = outputs.get(rid) if isinstance(outputs, dict) else None
+        if got != want[rid]:
+            raise AssertionError(f"request {rid}: rank 1's output differs from "
+                                 "one-request-at-a-time generation")
+
+
+@pytest.mark.points(3)
+def test_bytes_sent_are_exactly_the_requests_kv(result):
+    case_value(result.values[0]["disagg"], "prefill_and_send (rank 0)")
+    sends = [r for r in result.comm[0] if r.op in ("send", "isend")]
+    want = []
+    for spec in REQUESTS:
+        want += [2 * len(spec["prompt"]) * DIM * 8, 8]
+    got = [r.bytes for r in sends]
+    if sum(got) != sum(want):
+        raise AssertionError(
+            f"rank 0 sent {sum(got)} bytes, expected exactly {sum(want)}: per request its "
+            "prompt's KV bytes (2 x len(prompt) x DIM x 8) and its 8-byte first token, not "
+            "the whole cache")
+    if got != want or any(r.peer != 1 for r in sends):
+        raise AssertionError(
+            f"rank 0's messages have sizes {got}, expected {want} (KV then token, request by "
+            "request, all to rank 1)")
+    if [r for r in result.comm[1] if r.op in ("send", "isend")]:
+        raise AssertionError("rank 1 sent messages; only the prefill rank sends")
