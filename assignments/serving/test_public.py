@@ -125,7 +125,7 @@ def rank_public(ctx: Any, logits: list[torch.Tensor], workload: list[dict],
     return run_cases(ctx, [
         ("sample", sample), ("radix_split", radix_split), ("radix_evict", radix_evict),
         ("plans", plans),
-        ("engine", lambda: run_engine(workload, 24, max_num_seqs=4, max_num_tokens=6)),
+        ("engine", lambda: run_engine(workload, 64, max_num_seqs=4, max_num_tokens=6)),
         ("prefix", lambda: run_engine(shared, 64, max_num_seqs=1, max_num_tokens=16,
                                       prefix_cache=True)),
     ])
@@ -192,7 +192,9 @@ def test_radix_insert_match_and_split(results):
     assert r["insert_again"] == 2, (
         f"insert([1, 2, 9]) returned {r['insert_again']}, expected 2: the first two tokens "
         "were cached already")
-    assert r["match_long"] == first, f"match_prefix([1, 2, 3, 4, 5]) should give {first}"
+    assert r["match_long"] == first, (
+        f"match_prefix([1, 2, 3, 4, 5]) returned {r['match_long']}, expected {first}: a node "
+        "split on a partial match keeps the first tokens and blocks, the lower node the rest")
     assert r["match_other"] == first[:2] + second[2:], (
         f"match_prefix([1, 2, 9, 9]) returned {r['match_other']}, expected "
         f"{first[:2] + second[2:]}: the split node keeps the old blocks of [1, 2], the new "
@@ -210,7 +212,8 @@ def test_radix_lru_eviction_spares_referenced(results):
     assert (r["evicted"], r["leaf_44"]) == (2, 2), (
         f"evict(1) removed {r['evicted']} blocks and left {r['leaf_44']} of [1, 2, 4, 4] "
         "cached; expected the least recently used leaf [4, 4] (2 blocks) to go whole")
-    assert r["locked_kept"] == 2, "evict removed [7, 7], which has a reference (inc_ref)"
+    assert r["locked_kept"] == 2, ("evict removed [7, 7], a referenced node (inc_ref): a node "
+                                   "in use by a request is never evicted")
     assert r["evicted_all"] == 3 and r["evicted_rest"] == 2 and r["free"] == 32, (
         f"evict(100) removed {r['evicted_all']} then, after dec_ref, {r['evicted_rest']} "
         f"blocks; {r['free']} of 32 free at the end; expected 3, 2 and 32")
@@ -220,6 +223,20 @@ def test_radix_lru_eviction_spares_referenced(results):
 @pytest.mark.exercises("Scheduler")
 def test_scheduler_plans_step_by_step(results):
     got = case_value(results["plans"], "Scheduler.schedule / update")
+    prompt = {0: 5, 1: 6, 2: 2}
+    done = {0: 0, 1: 0, 2: 0}
+    for k, plan in enumerate(got[:-1]):
+        used = sum(n for _, _, n in plan)
+        assert used <= 8, (f"plan {k} uses {used} tokens, more than the token budget "
+                           "max_num_tokens=8")
+        for rid in done:
+            if 0 < done[rid] < prompt[rid] and rid not in [e[0] for e in plan] and used < 8:
+                raise AssertionError(
+                    f"plan {k}: request {rid} stopped prefilling with "
+                    f"{prompt[rid] - done[rid]} prompt tokens left and budget to spare: "
+                    "continue a chunked prefill up to its last chunk")
+        for rid, _, n in plan:
+            done[rid] += n
     want = [[[0, 0, 5], [1, 0, 3]],   # both admitted, the second chunked to fit the budget 8
             [[0, 5, 1], [1, 3, 3]],   # the decode goes first, then the rest of the prefill
             [[0, 6, 1], [1, 6, 1]],   # both decode; both finish (max_tokens)
@@ -236,23 +253,29 @@ def test_scheduler_plans_step_by_step(results):
 
 @pytest.mark.points(5)
 @pytest.mark.exercises("Engine")
-def test_engine_matches_one_at_a_time_under_memory_pressure(results):
+def test_engine_matches_one_at_a_time(results):
     r = case_value(results["engine"], "Engine.generate")
     want = one_at_a_time(requests_of(WORKLOAD))
     for rid, tokens in want.items():
         assert r["outputs"].get(rid) == tokens, (
             f"request {rid}: output {r['outputs'].get(rid)}, expected {tokens} (one request "
-            "at a time through the same model); batching, chunking and preemption must not "
-            "change a single token")
-    assert r["free"] == 24, f"{24 - r['free']} KV blocks still held after every request ended"
-    assert r["preemptions"] > 0, ("24 blocks cannot hold these five requests at once: the "
-                                  "engine should have preempted (README §3)")
+            "at a time through the same model); batching and chunking must not change a "
+            "single token")
+    assert r["free"] == 64, f"{64 - r['free']} KV blocks still held after every request ended"
 
 
 @pytest.mark.points(4)
 @pytest.mark.exercises("Engine")
 def test_prefix_cache_skips_the_shared_prefix(results):
-    r = case_value(results["prefix"], "Engine.generate with prefix_cache=True")
+    try:
+        r = case_value(results["prefix"], "Engine.generate with prefix_cache=True")
+    except AssertionError as exc:
+        if "RadixCache.insert" in str(exc) or "KV block" in str(exc):
+            raise AssertionError(
+                "the cache was given a token whose KV was never computed: when a request "
+                "finishes, insert prompt + output[:-1] (the last token was sampled, not "
+                f"computed) — {str(exc).splitlines()[0]}") from exc
+        raise
     specs = requests_of([(p, m, None, 0.0, 0) for p, m in SHARED])
     want = one_at_a_time(specs)
     assert r["outputs"] == want, f"outputs {r['outputs']}, expected {want}"

@@ -61,16 +61,16 @@ def check_plan(job: dict, k: int, plan: dict[str, Any], arrival: dict[int, int])
     for rid in plan["waiting"]:
         if state.get(rid, {}).get("blocks"):
             _fail(f"{where}: request {rid} is waiting but still holds "
-                  f"{len(state[rid]['blocks'])} KV blocks: free a request's blocks when you "
+                  f"{state[rid]['blocks']} KV blocks: free a request's blocks when you "
                   "preempt it")
     if not cache_on:
-        held = sum(len(state[rid]["blocks"]) for rid in plan["running"])
+        held = sum(state[rid]["blocks"] for rid in plan["running"])
         if plan["free"] + held != job["num_blocks"]:
             _fail(f"{where}: KV blocks leaked: {plan['free']} free + {held} held by running "
                   f"requests != {job['num_blocks']}; every block must be owned or free")
         for rid in plan["running"]:
-            if len(state[rid]["blocks"]) != state[rid]["num_computed"]:
-                _fail(f"{where}: request {rid} holds {len(state[rid]['blocks'])} blocks for "
+            if state[rid]["blocks"] != state[rid]["num_computed"]:
+                _fail(f"{where}: request {rid} holds {state[rid]['blocks']} blocks for "
                       f"{state[rid]['num_computed']} computed tokens: one block per token")
     got = {rid: n for rid, _, n in plan["batch"]}
     for rid in before["running"]:
@@ -85,6 +85,13 @@ def check_plan(job: dict, k: int, plan: dict[str, Any], arrival: dict[int, int])
             _fail(f"{where}: request {rid} was decoding but got "
                   f"{got.get(rid, 0)} tokens instead of 1: running requests decode first, "
                   "before any prefill")
+    for rid in before["running"]:
+        s = before["state"][rid]
+        if s["num_computed"] < s["num_tokens"] - 1 and rid not in preempted \
+                and rid not in got and used < budget:
+            _fail(f"{where}: request {rid} stopped prefilling with "
+                  f"{s['num_tokens'] - s['num_computed']} prompt tokens left and budget to "
+                  "spare: continue a chunked prefill up to its last chunk")
     admitted = [rid for rid in before["waiting"] if rid in plan["running"]]
     if preempted and admitted:
         _fail(f"{where}: admitted {admitted} in a plan that preempted {preempted}: admit "

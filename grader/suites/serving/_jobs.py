@@ -97,8 +97,8 @@ JOBS["errors"] = {"kind": "errors", "calls": [
                  {"request_id": 1, "prompt": [2], "max_tokens": 2}])]}
 
 
-def jobs_result(launch: Any) -> dict[str, dict]:
-    return run(launch, "jobs", JOBS)
+def jobs_result(launch: Any, impl: Any) -> dict[str, dict]:
+    return run(launch, impl, "jobs", JOBS)
 
 
 @functools.cache

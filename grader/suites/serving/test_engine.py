@@ -16,8 +16,8 @@ pytestmark = pytest.mark.exercises("Engine")
 
 
 @pytest.fixture(scope="module")
-def results(launch):
-    return jobs_result(launch)
+def results(launch, impl):
+    return jobs_result(launch, impl)
 
 
 def judged(results: dict, name: str) -> dict:
@@ -39,7 +39,7 @@ def test_roomy_memory_outputs_and_rules(results, name):
                               "budget=4-workload=1"])
 def test_plans_are_the_documented_ones(results, name):
     """Without memory pressure or a cache the plans are fully specified (README §3)."""
-    result = value(results, name, f"the engine run ({name})")
+    result = judged(results, name)
     job = JOBS[name]
     want = roomy_plans(job["requests"], expected(name), job["config"]["max_num_seqs"],
                        job["config"]["max_num_tokens"])

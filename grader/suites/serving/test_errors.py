@@ -9,8 +9,8 @@ from grader.suites.serving._jobs import JOBS, jobs_result
 
 
 @pytest.fixture(scope="module")
-def results(launch):
-    return jobs_result(launch)
+def results(launch, impl):
+    return jobs_result(launch, impl)
 
 
 @pytest.mark.points(2)

@@ -24,8 +24,8 @@ OVERLAP = ["overlap_roomy0", "overlap_roomy1", "overlap_roomy2", "overlap_tight0
 
 
 @pytest.fixture(scope="module")
-def results(launch):
-    return jobs_result(launch)
+def results(launch, impl):
+    return jobs_result(launch, impl)
 
 
 def check_events(events: list[str], overlap: bool) -> None:

@@ -13,8 +13,8 @@ pytestmark = pytest.mark.exercises("Engine")
 
 
 @pytest.fixture(scope="module")
-def results(launch):
-    return jobs_result(launch)
+def results(launch, impl):
+    return jobs_result(launch, impl)
 
 
 def expected_hits(requests: list[dict], outputs: dict[int, list[int]]) -> list[int]:

@@ -13,8 +13,8 @@ pytestmark = pytest.mark.exercises("RadixCache")
 
 
 @pytest.fixture(scope="module")
-def results(launch):
-    return jobs_result(launch)
+def results(launch, impl):
+    return jobs_result(launch, impl)
 
 
 def judge(name: str, outcomes: dict) -> None:
