@@ -35,6 +35,16 @@ def check_plan(job: dict, k: int, plan: dict[str, Any], arrival: dict[int, int])
     if both:
         _fail(f"{where}: request(s) {sorted(both)} both waiting and running; a request is in "
               "exactly one list")
+    order = [arrival[rid] for rid in plan["waiting"]]
+    if order != sorted(order):
+        _fail(f"{where}: `waiting` is not in arrival order (first come, first served): a "
+              "preempted request goes back to its arrival place")
+    preempted = [rid for rid in before["running"]
+                 if state[rid]["preemptions"] > before["state"][rid]["preemptions"]]
+    if preempted and before["running"][-len(preempted):] != preempted:
+        _fail(f"{where}: preempted request(s) {preempted} are not the newest running ones "
+              f"(running, oldest first: {before['running']}); preempt the newest admitted "
+              "request first")
     planned = [rid for rid, _, _ in plan["batch"]]
     if len(set(planned)) != len(planned):
         _fail(f"{where}: a request appears twice in one plan")
@@ -48,16 +58,6 @@ def check_plan(job: dict, k: int, plan: dict[str, Any], arrival: dict[int, int])
                   "(was it preempted after being planned?)")
         if n < 1:
             _fail(f"{where}: request {rid} planned with {n} tokens")
-    order = [arrival[rid] for rid in plan["waiting"]]
-    if order != sorted(order):
-        _fail(f"{where}: `waiting` is not in arrival order (first come, first served): a "
-              "preempted request goes back to its arrival place")
-    preempted = [rid for rid in before["running"]
-                 if state[rid]["preemptions"] > before["state"][rid]["preemptions"]]
-    if preempted and before["running"][-len(preempted):] != preempted:
-        _fail(f"{where}: preempted request(s) {preempted} are not the newest running ones "
-              f"(running, oldest first: {before['running']}); preempt the newest admitted "
-              "request first")
     for rid in plan["waiting"]:
         if state.get(rid, {}).get("blocks"):
             _fail(f"{where}: request {rid} is waiting but still holds "
