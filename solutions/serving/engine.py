@@ -161,7 +161,8 @@ def prefill_and_send(model: Any, requests: Sequence[Request], dst: int = 1) -> N
     forward of `model` (blocks from a BlockManager of its own), sample its first token with
     `sample`, then send to rank `dst` exactly two messages with torch.distributed.send:
     the prompt's KV, model.read_kv(blocks) ([2, len(prompt), DIM] float64), then the token as
-    torch.tensor([token]) (int64). Its blocks are freed after the send. Nothing else is sent.
+    torch.tensor([token]) (int64). Its blocks are freed after the send, so `model` needs only
+    as many blocks as the longest prompt. Nothing else is sent.
     """
     manager = BlockManager(model.num_blocks)
     for req in requests:
@@ -181,7 +182,9 @@ def recv_and_decode(model: Any, requests: Sequence[Request], src: int = 0
     output with the received token; then decode every request until it ends (max_tokens, or
     its stop_token — the first token may already end it), sampling with `sample`. Returns
     {request_id: output}, equal to what one-request-at-a-time generation gives. `requests`
-    is the same list (ids, prompts, limits) on both ranks.
+    is the same list (ids, prompts, limits) on both ranks. No prompt is computed again here:
+    `model` computes exactly one token per output token after the first (its computed_tokens
+    grows by sum(len(output) - 1)). `model` must hold every request's prompt and output at once.
     """
     manager = BlockManager(model.num_blocks)
     live = []

@@ -58,7 +58,14 @@ def check_plan(job: dict, k: int, plan: dict[str, Any], arrival: dict[int, int])
                   "(was it preempted after being planned?)")
         if n < 1:
             _fail(f"{where}: request {rid} planned with {n} tokens")
+    for rid in preempted:
+        if state[rid]["preemptions"] != before["state"][rid]["preemptions"] + 1:
+            _fail(f"{where}: request {rid} was preempted once but num_preemptions went from "
+                  f"{before['state'][rid]['preemptions']} to {state[rid]['preemptions']}")
     for rid in plan["waiting"]:
+        if rid in state and state[rid]["num_computed"] != 0:
+            _fail(f"{where}: request {rid} is waiting with num_computed="
+                  f"{state[rid]['num_computed']}: preemption resets it to 0 (recompute)")
         if state.get(rid, {}).get("blocks"):
             _fail(f"{where}: request {rid} is waiting but still holds "
                   f"{state[rid]['blocks']} KV blocks: free a request's blocks when you "
@@ -75,6 +82,10 @@ def check_plan(job: dict, k: int, plan: dict[str, Any], arrival: dict[int, int])
     got = {rid: n for rid, _, n in plan["batch"]}
     for rid in before["running"]:
         s = before["state"][rid]
+        if rid in got and s["num_computed"] == s["num_tokens"] \
+                and s["num_output"] + 1 >= s["max_tokens"]:
+            _fail(f"{where}: request {rid} was planned although the token in flight is its "
+                  "last (len(output) + 1 == max_tokens): plan nothing for it")
         if s["num_computed"] < s["num_tokens"] - 1 or rid in preempted:
             continue
         last_in_flight = (s["num_computed"] == s["num_tokens"]
@@ -131,6 +142,11 @@ def check_run(job: dict, result: dict[str, Any], expected: dict[int, list[int]])
 
 
 def check_end(job: dict, result: dict[str, Any]) -> None:
+    reported = sorted(result["reported"])
+    if reported != sorted(spec["request_id"] for spec in job["requests"]):
+        _fail(f"step() reported {len(reported)} finished requests ({len(set(reported))} "
+              f"distinct) for {len(job['requests'])} requests: each step returns the "
+              "requests that finished in it, each exactly once")
     cached = result["cache_size"] or 0
     held = sum(1 for c in result["refcounts"] if c > 0)
     if result["free"] + cached != job["num_blocks"] or held != cached \
@@ -138,3 +154,7 @@ def check_end(job: dict, result: dict[str, Any]) -> None:
         _fail(f"KV blocks leaked: after every request finished, {result['free']} blocks are "
               f"free and the cache holds {cached} of {job['num_blocks']}; release a request's "
               "blocks when it finishes or is preempted")
+    if result["cache_size"] is not None and result["free_after_evict"] != job["num_blocks"]:
+        _fail(f"after every request finished, cache.evict could free only "
+              f"{result['free_after_evict']} of {job['num_blocks']} blocks: a finished or "
+              "preempted request still holds a reference on a radix node (dec_ref)")

@@ -27,7 +27,7 @@ import torch
 
 from harness.cases import Memo, case_value
 
-JOB_TIMEOUT = 120.0
+JOB_TIMEOUT = 45.0  # the launch takes ~4 s; a scheduler stuck in a loop fails in this time
 MAX_CALLS = 200  # step() calls per engine job; the solution needs at most about 75
 IDLE_CALLS = 3  # step() calls in a row without a forward before a job is given up
 SEED_STRIDE = 4096  # engine.sample's documented seed: request.seed * 4096 + len(output)
@@ -45,7 +45,7 @@ def rank_jobs(ctx: Any, jobs: dict[str, dict]) -> dict[str, dict]:
 
     mods = _modules(ctx)
     runners = {"engine": run_engine_job, "radix": run_radix_job, "sample": run_sample_job,
-               "errors": run_error_job}
+               "errors": run_error_job, "generate": run_generate_job}
     return run_cases(ctx, [(name, lambda job=job: runners[job["kind"]](mods, job))
                            for name, job in jobs.items()])
 
@@ -89,6 +89,7 @@ def run_engine_job(mods: dict[str, Any], job: dict) -> dict[str, Any]:
 
     sched.schedule = watched
     added, calls, idle, error = 0, 0, 0, None
+    reported: list[int] = []
     limit = job.get("max_calls", MAX_CALLS)
     try:
         while added < len(requests) or engine.has_unfinished():
@@ -97,7 +98,7 @@ def run_engine_job(mods: dict[str, Any], job: dict) -> dict[str, Any]:
                 added += 1
             model.events.append("step")
             before = model.forwards
-            engine.step()
+            reported += [r.request_id for r in engine.step()]
             calls += 1
             idle = idle + 1 if model.forwards == before else 0
             if calls > limit or idle > IDLE_CALLS:
@@ -107,6 +108,11 @@ def run_engine_job(mods: dict[str, Any], job: dict) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 - judged after the trace that led to it
         error = f"{type(exc).__name__}: {exc}"
     cache = engine.cache
+    cached = cache.size() if cache is not None else None
+    free = engine.manager.num_free()
+    refcounts = [engine.manager.refcount(b) for b in range(model.num_blocks)]
+    if cache is not None and error is None:
+        cache.evict(model.num_blocks)  # every request is done: nothing may stay referenced
     return {
         "outputs": {r.request_id: list(r.output) for r in requests},
         "status": {r.request_id: r.status.value for r in requests},
@@ -118,9 +124,9 @@ def run_engine_job(mods: dict[str, Any], job: dict) -> dict[str, Any]:
         "error": error, "plans": plans, "events": list(model.events), "calls": calls,
         "computed_tokens": model.computed_tokens, "forwards": model.forwards,
         "stats": engine.stats(), "num_steps": engine.num_steps,
-        "free": engine.manager.num_free(),
-        "refcounts": [engine.manager.refcount(b) for b in range(model.num_blocks)],
-        "cache_size": cache.size() if cache is not None else None,
+        "free": free, "refcounts": refcounts,
+        "cache_size": cached, "reported": reported,
+        "free_after_evict": engine.manager.num_free(),
     }
 
 
@@ -168,7 +174,7 @@ def run_sample_job(mods: dict[str, Any], job: dict) -> list[int]:
 
 
 def run_error_job(mods: dict[str, Any], job: dict) -> list[str]:
-    """Each call must raise ValueError; returns what happened per call."""
+    """Each call's outcome: "ok", "ValueError", "RuntimeError" or another exception's name."""
     from assignments.serving.blocks import BlockManager
     from assignments.serving.model import TinyLM
     from assignments.serving.request import Request
@@ -176,30 +182,61 @@ def run_error_job(mods: dict[str, Any], job: dict) -> list[str]:
     def outcome(fn: Callable[[], Any]) -> str:
         try:
             fn()
-        except ValueError:
-            return "ValueError"
+        except (ValueError, RuntimeError) as exc:
+            return "ValueError" if isinstance(exc, ValueError) else "RuntimeError"
         except NotImplementedError:
             raise
         except Exception as exc:  # noqa: BLE001 - reported as what was raised instead
             return type(exc).__name__
-        return "no error"
+        return "ok"
 
-    results = []
-    for call in job["calls"]:
-        if call[0] == "limits":
-            results.append(outcome(lambda c=call: mods["scheduler"].Scheduler(
-                BlockManager(16), max_num_seqs=c[1], max_num_tokens=c[2])))
-        elif call[0] == "engine_limits":
-            results.append(outcome(lambda c=call: mods["engine"].Engine(
-                TinyLM(16), max_num_seqs=c[1], max_num_tokens=c[2])))
-        elif call[0] == "add":
-            def add(c: tuple = call) -> None:
-                sched = mods["scheduler"].Scheduler(BlockManager(c[1]), max_num_seqs=2,
-                                                    max_num_tokens=4)
-                for spec in c[2]:
-                    sched.add(Request(**spec))
-            results.append(outcome(add))
-    return results
+    def limits(c: tuple) -> None:
+        mods["scheduler"].Scheduler(BlockManager(16), max_num_seqs=c[1], max_num_tokens=c[2])
+
+    def engine_limits(c: tuple) -> None:
+        mods["engine"].Engine(TinyLM(16), max_num_seqs=c[1], max_num_tokens=c[2])
+
+    def add(c: tuple) -> None:
+        sched = mods["scheduler"].Scheduler(BlockManager(c[1]), max_num_seqs=2, max_num_tokens=4)
+        for spec in c[2]:
+            sched.add(Request(**spec))
+
+    def insert_mismatch(c: tuple) -> None:
+        manager = BlockManager(8)
+        mods["radix"].RadixCache(manager).insert([1, 2, 3], manager.allocate(2))
+
+    def dec_ref_twice(c: tuple) -> None:
+        manager = BlockManager(8)
+        cache = mods["radix"].RadixCache(manager)
+        blocks = manager.allocate(3)
+        cache.insert([1, 2, 3], blocks)
+        _, node = cache.match_prefix([1, 2])
+        cache.inc_ref(node)
+        cache.dec_ref(node)
+        cache.dec_ref(node)
+
+    def defaults(c: tuple) -> None:
+        engine = mods["engine"].Engine(TinyLM(16))
+        got = (engine.scheduler.max_num_seqs, engine.scheduler.max_num_tokens, engine.overlap,
+               engine.cache)
+        if got != (8, 32, False, None):
+            raise AssertionError(f"Engine(model) has (max_num_seqs, max_num_tokens, overlap, "
+                                 f"cache) = {got}")
+
+    calls = {"limits": limits, "engine_limits": engine_limits, "add": add,
+             "insert_mismatch": insert_mismatch, "dec_ref_twice": dec_ref_twice,
+             "defaults": defaults}
+    return [outcome(lambda c=call: calls[c[0]](c)) for call in job["calls"]]
+
+
+def run_generate_job(mods: dict[str, Any], job: dict) -> dict[int, list[int]]:
+    """Engine.generate as a user calls it."""
+    from assignments.serving.model import TinyLM
+    from assignments.serving.request import Request
+
+    engine = mods["engine"].Engine(TinyLM(job["num_blocks"], seed=job["model_seed"]),
+                                   **job["config"])
+    return engine.generate([Request(**spec) for spec in job["requests"]])
 
 
 # -- parent side: launches -------------------------------------------------------------------------

@@ -4,6 +4,7 @@ all: `jobs_result(launch)`), and their references, computed once in the parent."
 from __future__ import annotations
 
 import functools
+import random
 from typing import Any
 
 import torch
@@ -62,6 +63,24 @@ JOBS["prefix_serial"] = engine_job(SHARED, num_blocks=400, max_num_seqs=1, max_n
 JOBS["prefix_on"] = engine_job(SHARED, num_blocks=400, max_num_seqs=4, max_num_tokens=32,
                                prefix_cache=True)
 JOBS["prefix_off"] = engine_job(SHARED, num_blocks=400, max_num_seqs=4, max_num_tokens=32)
+
+
+def conversation(seed: int, turns: int) -> list[dict]:
+    """A chat: each turn's prompt is the previous turn's prompt + its output + new tokens,
+    so the cache should hold all but the last token of every earlier turn."""
+    rng = random.Random(seed)
+    prompt = [rng.randrange(VOCAB_SIZE) for _ in range(6)]
+    requests = []
+    for turn in range(turns):
+        spec = {"request_id": turn, "prompt": list(prompt), "max_tokens": rng.randint(2, 6)}
+        requests.append(spec)
+        output = reference_outputs([spec], MODEL_SEED)[turn]
+        prompt = prompt + output + [rng.randrange(VOCAB_SIZE) for _ in range(rng.randint(1, 4))]
+    return requests
+
+
+JOBS["prefix_chat"] = engine_job(conversation(SEEDS[11] + 1, 5), num_blocks=400,
+                                 max_num_seqs=1, max_num_tokens=64, prefix_cache=True)
 JOBS["single"] = engine_job([{"request_id": 7, "prompt": list(range(10)), "max_tokens": 5}],
                             num_blocks=32, max_num_seqs=2, max_num_tokens=4)
 
@@ -88,13 +107,41 @@ JOBS["sample"] = {"kind": "sample", "calls": [
                   "seed": seed}, k)
     for s, t, seed, k in [(1, 0.0, 0, 0), (2, 0.0, 5, 3), (3, 0.7, 11, 0), (3, 0.7, 11, 4),
                           (4, 1.3, 2, 2), (5, 0.5, 999, 7)]]}
-JOBS["errors"] = {"kind": "errors", "calls": [
-    ("limits", 5, 4), ("limits", 0, 4), ("engine_limits", 9, 8),
-    ("add", 16, [{"request_id": 1, "prompt": [], "max_tokens": 2}]),
-    ("add", 16, [{"request_id": 1, "prompt": [1], "max_tokens": 0}]),
-    ("add", 16, [{"request_id": 1, "prompt": [1] * 10, "max_tokens": 8}]),
-    ("add", 16, [{"request_id": 1, "prompt": [1], "max_tokens": 2},
-                 {"request_id": 1, "prompt": [2], "max_tokens": 2}])]}
+# (call, what it is, the outcome the contract asks for)
+ERROR_CALLS = [
+    (("limits", 5, 4), "Scheduler with max_num_seqs > max_num_tokens", "ValueError"),
+    (("limits", 0, 4), "Scheduler with max_num_seqs = 0", "ValueError"),
+    (("limits", 4, 4), "Scheduler with max_num_seqs == max_num_tokens", "ok"),
+    (("engine_limits", 9, 8), "Engine with max_num_seqs > max_num_tokens", "ValueError"),
+    (("add", 16, [{"request_id": 1, "prompt": [], "max_tokens": 2}]), "an empty prompt",
+     "ValueError"),
+    (("add", 16, [{"request_id": 1, "prompt": [1], "max_tokens": 0}]), "max_tokens = 0",
+     "ValueError"),
+    (("add", 16, [{"request_id": 1, "prompt": [1] * 10, "max_tokens": 8}]),
+     "a request needing 17 blocks of 16", "ValueError"),
+    (("add", 16, [{"request_id": 1, "prompt": [1] * 9, "max_tokens": 8}]),
+     "a request needing exactly the 16 blocks of the pool", "ok"),
+    (("add", 16, [{"request_id": 1, "prompt": [1], "max_tokens": 2},
+                  {"request_id": 1, "prompt": [2], "max_tokens": 2}]),
+     "a request id added twice", "ValueError"),
+    (("insert_mismatch",), "RadixCache.insert of 3 tokens with 2 blocks", "ValueError"),
+    (("dec_ref_twice",), "RadixCache.dec_ref below zero", "RuntimeError"),
+    (("defaults",), "Engine(model)'s documented defaults", "ok"),
+]
+JOBS["errors"] = {"kind": "errors", "calls": [call for call, _, _ in ERROR_CALLS]}
+
+# Engine.generate itself, plain and overlapped (the tests above drive step())
+for name in ("tight0", "cache_tight0"):
+    for overlap in (False, True):
+        job = dict(JOBS[name], kind="generate",
+                   config=dict(JOBS[name]["config"], overlap=overlap))
+        JOBS[f"generate_{name}_overlap={overlap}"] = job
+
+# The budget's last token: three decodes leave one token for the chunked prompt.
+JOBS["chunked_edge"] = engine_job(
+    [{"request_id": i, "prompt": [i + 1], "max_tokens": 9} for i in range(3)]
+    + [{"request_id": 3, "prompt": list(range(5, 17)), "max_tokens": 3}],
+    num_blocks=64, max_num_seqs=4, max_num_tokens=4)
 
 
 def jobs_result(launch: Any, impl: Any) -> dict[str, dict]:

@@ -21,11 +21,11 @@ from harness.cases import case_value
 pytestmark = pytest.mark.exercises("prefill_and_send", "recv_and_decode")
 MODEL_SEED = 5
 REQUESTS = workload(draw_ints(13)[12], 6, prompt=(2, 18), max_tokens=(1, 9))
-NUM_BLOCKS = 200
+NUM_BLOCKS = 200  # rank 1; rank 0 gets just the longest prompt's worth
 WIRE_SLACK = 4096  # rendezvous and message framing on rank 0
 
 
-def rank_disagg(ctx: Any, requests: list[dict], num_blocks: int, model_seed: int) -> dict:
+def rank_disagg(ctx: Any, requests: list[dict], model_seed: int, num_blocks: int) -> dict:
     from assignments.serving.model import TinyLM
     from assignments.serving.request import Request
     from harness.cases import run_cases
@@ -38,9 +38,10 @@ def rank_disagg(ctx: Any, requests: list[dict], num_blocks: int, model_seed: int
         model = TinyLM(num_blocks, seed=model_seed)
         reqs = [Request(**spec) for spec in requests]
         if ctx.rank == 0:
-            engine.prefill_and_send(model, reqs, 1)
+            engine.prefill_and_send(model, reqs)  # the defaults: dst=1
             return None
-        return engine.recv_and_decode(model, reqs, 0)
+        outputs = engine.recv_and_decode(model, reqs)  # src=0
+        return {"outputs": outputs, "computed": model.computed_tokens}
 
     return run_cases(ctx, [("disagg", case)])
 
@@ -48,7 +49,8 @@ def rank_disagg(ctx: Any, requests: list[dict], num_blocks: int, model_seed: int
 @pytest.fixture(scope="module")
 def result(launch, impl):
     return MEMO.get((impl.argument, "disagg"), lambda: launch(
-        rank_disagg, world_size=2, args=(REQUESTS, NUM_BLOCKS, MODEL_SEED),
+        rank_disagg, world_size=2, args=(REQUESTS, MODEL_SEED),
+        rank_args=[(max(len(r["prompt"]) for r in REQUESTS),), (NUM_BLOCKS,)],
         timeout=MEMO.timeout(60.0), backend="gloo"))
 
 
@@ -84,8 +86,9 @@ def test_bytes_sent_are_exactly_the_requests_kv(result):
 
 @pytest.mark.points(2)
 def test_disaggregated_outputs(result):
-    outputs = case_value(result.values[1]["disagg"], "recv_and_decode (rank 1)")
     case_value(result.values[0]["disagg"], "prefill_and_send (rank 0)")
+    rank1 = case_value(result.values[1]["disagg"], "recv_and_decode (rank 1)")
+    outputs = rank1["outputs"]
     want = reference_outputs(REQUESTS, MODEL_SEED)
     for spec in REQUESTS:
         rid = spec["request_id"]
@@ -93,3 +96,8 @@ def test_disaggregated_outputs(result):
         if got != want[rid]:
             raise AssertionError(f"request {rid}: rank 1's output differs from "
                                  "one-request-at-a-time generation")
+    decodes = sum(len(want[spec["request_id"]]) - 1 for spec in REQUESTS)
+    if rank1["computed"] != decodes:
+        raise AssertionError(
+            f"rank 1's model computed {rank1['computed']} tokens, expected {decodes} (one per "
+            "output token after the first): the prompts' KV arrived, do not compute it again")

@@ -1,11 +1,12 @@
-"""Bad limits and requests raise ValueError (README §3); sample follows its documented rule."""
+"""Bad limits and requests raise ValueError, boundary cases do not (README §3); RadixCache's
+documented errors; Engine's defaults; sample follows its documented rule."""
 
 from __future__ import annotations
 
 import pytest
 
 from grader.suites.serving._common import ref_sample, value
-from grader.suites.serving._jobs import JOBS, jobs_result
+from grader.suites.serving._jobs import ERROR_CALLS, JOBS, jobs_result
 
 
 @pytest.fixture(scope="module")
@@ -27,12 +28,11 @@ def test_sample_rule(results):
 
 
 @pytest.mark.points(1)
-@pytest.mark.exercises("Scheduler", "Engine")
+@pytest.mark.exercises("Scheduler", "Engine", "RadixCache")
 def test_bad_limits_and_requests_raise_value_error(results):
     got = value(results, "errors", "Scheduler / Engine with bad input")
-    what = ["max_num_seqs > max_num_tokens", "max_num_seqs = 0",
-            "Engine with max_num_seqs > max_num_tokens", "an empty prompt", "max_tokens = 0",
-            "a request larger than the whole pool", "a request id added twice"]
-    for label, outcome in zip(what, got, strict=True):
-        if outcome != "ValueError":
-            raise AssertionError(f"{label}: expected ValueError, got {outcome}")
+    for (_, label, want), outcome in zip(ERROR_CALLS, got, strict=True):
+        if outcome != want:
+            expected = "no error" if want == "ok" else want
+            raise AssertionError(f"{label}: expected {expected}, got "
+                                 f"{'no error' if outcome == 'ok' else outcome}")

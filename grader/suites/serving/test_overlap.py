@@ -2,7 +2,8 @@
 
 What is tested, exactly: with Engine(overlap=True),
   1. outputs equal one-request-at-a-time generation (so plain mode's), and every plan keeps
-     the scheduler's rules, on roomy, tight (preemption) and prefix-cached workloads;
+     the scheduler's rules, on roomy, tight (preemption) and prefix-cached workloads, through
+     step() and through Engine.generate (plain and overlapped);
   2. the model's event log (`TinyLM.events`, with "schedule" and "step" marks added by the
      test around Engine.step() and Scheduler.schedule()) shows the overlap: every step() call
      that begins with a forward in flight calls schedule() before taking that forward's
@@ -60,6 +61,10 @@ def check_events(events: list[str], overlap: bool) -> None:
 
 GROUPS = {"memory=roomy": OVERLAP[:3], "memory=tight": OVERLAP[3:6],
           "prefix_cache=on": OVERLAP[6:]}
+GENERATE = {"memory=roomy": [], "memory=tight": ["generate_tight0_overlap=False",
+                                                 "generate_tight0_overlap=True"],
+            "prefix_cache=on": ["generate_cache_tight0_overlap=False",
+                                "generate_cache_tight0_overlap=True"]}
 
 
 @pytest.mark.points(2)
@@ -68,6 +73,13 @@ def test_overlap_outputs_equal_plain_mode(results, group):
     for name in GROUPS[group]:
         result = value(results, name, f"the engine run ({name}, overlap=True)")
         check_run(JOBS[name], result, expected(name))
+    for name in GENERATE[group]:
+        got = value(results, name, f"Engine.generate ({name})")
+        want = expected(name)
+        if got != want:
+            bad = sorted(rid for rid in want if got.get(rid) != want[rid])
+            raise AssertionError(f"Engine.generate ({name}): outputs of requests {bad} differ "
+                                 "from one-request-at-a-time generation")
 
 
 @pytest.mark.points(2)

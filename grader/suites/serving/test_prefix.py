@@ -38,8 +38,12 @@ def expected_hits(requests: list[dict], outputs: dict[int, list[int]]) -> list[i
 
 @pytest.mark.points(4)
 def test_hit_rate_on_shared_system_prompt(results):
-    name = "prefix_serial"
-    result = value(results, name, "the engine run (shared system prompt, one at a time)")
+    for name in ("prefix_serial", "prefix_chat"):
+        check_hits(results, name)
+
+
+def check_hits(results: dict, name: str) -> None:
+    result = value(results, name, f"the engine run ({name}, one request at a time)")
     check_run(JOBS[name], result, expected(name))
     requests = JOBS[name]["requests"]
     hits = sum(expected_hits(requests, expected(name)))
@@ -70,6 +74,17 @@ def test_computed_prefill_drops_by_the_cached_amount(results):
     if hits == 0:
         raise AssertionError("no prefix hit on a workload sharing a 12-token system prompt "
                              "across 8 requests: match the cache when you admit a request")
+    for name, result in (("prefix_on", on), ("prefix_off", off)):
+        stats = result["stats"]
+        if (stats["steps"], stats["scheduled_tokens"]) != (result["forwards"],
+                                                           result["computed_tokens"]) \
+                or abs(stats["tokens_per_step"] - stats["scheduled_tokens"]
+                       / max(stats["steps"], 1)) > 1e-9:
+            raise AssertionError(
+                f"Engine.stats() ({name}): steps {stats['steps']}, scheduled_tokens "
+                f"{stats['scheduled_tokens']}, tokens_per_step {stats['tokens_per_step']}; "
+                f"the model ran {result['forwards']} forwards over "
+                f"{result['computed_tokens']} tokens")
     if on["computed_tokens"] + hits != off["computed_tokens"]:
         raise AssertionError(
             f"with the cache the model computed {on['computed_tokens']} tokens and "
