@@ -44,7 +44,8 @@ class Request:
         num_computed  tokens of `tokens` whose KV is computed or scheduled to be computed by a
                       forward already launched (or, with overlap, planned); 0 after preemption
         blocks        the KV blocks the request owns a reference to, one per token position
-                      0..len(blocks)-1; empty while waiting and once finished
+                      0..len(blocks)-1 (so len(blocks) == num_computed while running); empty
+                      while waiting and once finished
         cache_node    the radix-cache node the request holds a reference on (None: none)
         arrival_step  engine.num_steps when the request was added
         token_steps   token_steps[i]: the index of the forward (0-based, counting the engine's
