@@ -74,7 +74,7 @@ class RMSNormFunction(torch.autograd.Function):
         return grad_x, grad_w, None
 
 
-# ---- rotary position embedding --------------------------------------------------------------------
+# ---- rotary position embedding ---------------------------------------------------------------
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
