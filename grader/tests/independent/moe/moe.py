@@ -164,7 +164,9 @@ class MoELayer(nn.Module):
         rows = all_to_all_tokens(x.index_select(0, tok), send, recv, self.group)
 
         # Rows arrive source-major, then by my expert: find each expert's rows per source.
-        results = torch.zeros_like(rows)
+        # (rows * 0, not zeros_like: the results stay attached to the received rows, so
+        # backward runs both reverse all-to-alls even when no row arrived here.)
+        results = rows * 0
         offset = 0
         pieces = []
         for s in range(n):
