@@ -1,95 +1,184 @@
-"""An independent moe submission, written from the stub's docstrings and README only.
+"""An independent moe submission, written from the stub's docstrings and the README only.
 
-Different from the reference where the contract allows: top-k runs on the logits and the
-weights are a softmax over the k chosen logits; the drop order is a plain loop; the layer walks
-its assignments choice-major (all first choices, then all second choices) instead of token by
-token, groups them by destination rank with a per-rank bucket loop, exchanges per-expert counts
-laid out per destination, and skips experts that receive no row (their gradients stay None).
+Choices of its own where the contract allows: the top-k is taken on the logits (the same order
+as on the probabilities, but it cannot tie where large logits underflow a probability to 0),
+and the weights are a softmax over the k chosen logits; the drop order is computed with one
+stable sort of the choice-major assignment list (no loop over experts); the layer exchanges
+per-expert counts (E integers) and runs every local expert on its contiguous block of the rows
+it received after one stable regrouping, undone by the inverse permutation.
 """
 
 from __future__ import annotations
 
 import math
+import operator
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+# ---- small helpers ----------------------------------------------------------------------------
+
+
+def _as_int(value, what: str) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"{what} must be an integer, got {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise ValueError(f"{what} must be an integer, got {value!r}") from None
+
+
+def _check_k(k, num_experts: int) -> int:
+    k = _as_int(k, "k")
+    if not 1 <= k <= num_experts:
+        raise ValueError(f"k = {k} must lie in [1, E] with E = {num_experts}")
+    return k
+
+
+def _group_shape(group) -> tuple[int, int]:
+    return dist.get_world_size(group), dist.get_rank(group)
+
+
+# ---- routing and the auxiliary losses ---------------------------------------------------------
+
 
 def route(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    if logits.dim() != 2:
-        raise ValueError(f"logits must be 2-D [T, E], got {tuple(logits.shape)}")
-    e = logits.shape[-1]
-    if k < 1 or k > e:
-        raise ValueError(f"k={k} is outside [1, E={e}]")
-    chosen_logits, experts = logits.topk(k, dim=-1, sorted=True)
-    weights = chosen_logits.softmax(dim=-1)  # equals the renormalised top-k probabilities
-    return weights, experts, logits.softmax(dim=-1)
+    if not isinstance(logits, torch.Tensor) or logits.dim() != 2:
+        shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits)
+        raise ValueError(f"route: logits must be 2-D [T, E], got {shape}")
+    num_experts = logits.shape[1]
+    k = _check_k(k, num_experts)
+    probs = torch.softmax(logits, dim=-1)
+    # Ranking by logit is ranking by probability (softmax is monotone) without underflow ties.
+    experts = torch.topk(logits.detach(), k, dim=-1, largest=True, sorted=True).indices
+    chosen = torch.gather(logits, 1, experts)
+    weights = torch.softmax(chosen, dim=-1)  # = chosen probs / their sum
+    return weights, experts.to(torch.int64), probs
 
 
 def load_balancing_loss(probs: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
-    e = probs.shape[-1]
-    one_hot = torch.zeros(experts.numel(), e, dtype=probs.dtype)
-    one_hot[torch.arange(experts.numel()), experts.reshape(-1)] = 1.0
-    fraction = one_hot.mean(dim=0)
-    return e * (fraction * probs.mean(dim=0)).sum()
+    if probs.dim() != 2 or experts.dim() != 2 or experts.shape[0] != probs.shape[0]:
+        raise ValueError(f"load_balancing_loss: probs [T, E] and experts [T, k] expected, got "
+                         f"{tuple(probs.shape)} and {tuple(experts.shape)}")
+    num_experts = probs.shape[1]
+    assignments = experts.numel()
+    counts = torch.bincount(experts.reshape(-1).to(torch.int64), minlength=num_experts)
+    f = counts.to(probs.dtype) / assignments  # a count: no gradient
+    mean_prob = probs.sum(dim=0) / probs.shape[0]
+    return num_experts * torch.dot(f, mean_prob)
 
 
 def router_z_loss(logits: torch.Tensor) -> torch.Tensor:
-    z = torch.logsumexp(logits, dim=-1)
-    return (z * z).mean()
+    if logits.dim() != 2:
+        raise ValueError(f"router_z_loss: logits must be 2-D, got {tuple(logits.shape)}")
+    lse = torch.logsumexp(logits, dim=-1)
+    return (lse * lse).mean()
+
+
+# ---- capacity ---------------------------------------------------------------------------------
 
 
 def expert_capacity(num_tokens: int, num_experts: int, k: int,
                     capacity_factor: float) -> int:
-    if not capacity_factor > 0 or num_experts < 1 or k < 1 or num_tokens < 0:
-        raise ValueError(f"bad capacity arguments: tokens={num_tokens}, experts={num_experts}, "
-                         f"k={k}, capacity_factor={capacity_factor}")
-    return math.ceil(k * num_tokens * capacity_factor / num_experts)
+    if capacity_factor is None or isinstance(capacity_factor, bool):
+        raise ValueError(f"capacity_factor must be a positive number, got {capacity_factor!r}")
+    try:
+        factor = float(capacity_factor)
+    except (TypeError, ValueError):
+        raise ValueError(f"capacity_factor must be a positive number, "
+                         f"got {capacity_factor!r}") from None
+    if not factor > 0 or math.isinf(factor):
+        raise ValueError(f"capacity_factor must be > 0, got {capacity_factor!r}")
+    num_tokens = _as_int(num_tokens, "num_tokens")
+    num_experts = _as_int(num_experts, "num_experts")
+    k = _as_int(k, "k")
+    if num_experts < 1:
+        raise ValueError(f"num_experts = {num_experts} must be >= 1")
+    if k < 1:
+        raise ValueError(f"k = {k} must be >= 1")
+    if num_tokens < 0:
+        raise ValueError(f"num_tokens = {num_tokens} must be >= 0")
+    return int(math.ceil(k * num_tokens * factor / num_experts))
 
 
 def capacity_mask(experts: torch.Tensor, num_experts: int, capacity: int | None) -> torch.Tensor:
-    tokens, k = experts.shape
-    keep = torch.zeros(tokens, k, dtype=torch.bool)
+    if experts.dim() != 2:
+        raise ValueError(f"capacity_mask: experts must be [T, k], got {tuple(experts.shape)}")
     if capacity is None:
-        keep[:] = True
-        return keep
-    used = [0] * num_experts
-    for j in range(k):
-        for t in range(tokens):
-            e = int(experts[t, j])
-            if used[e] < capacity:
-                keep[t, j] = True
-            used[e] += 1
-    return keep
+        return torch.ones(experts.shape, dtype=torch.bool, device=experts.device)
+    capacity = _as_int(capacity, "capacity")
+    if capacity < 0:
+        raise ValueError(f"capacity = {capacity} must be >= 0")
+    num_tokens, k = experts.shape
+    # Choice-major priority list: position p = j * T + t.
+    flat = experts.t().reshape(-1).to(torch.int64)
+    if flat.numel() and (int(flat.min()) < 0 or int(flat.max()) >= num_experts):
+        raise ValueError(f"capacity_mask: experts must lie in [0, {num_experts})")
+    order = torch.sort(flat, stable=True).indices  # by expert, priority kept within one
+    sorted_experts = flat[order]
+    n = flat.numel()
+    positions = torch.arange(n, device=flat.device)
+    # Index in the sorted list where each expert's block starts.
+    is_start = torch.ones(n, dtype=torch.bool, device=flat.device)
+    if n > 1:
+        is_start[1:] = sorted_experts[1:] != sorted_experts[:-1]
+    block_start = torch.cummax(torch.where(is_start, positions, torch.zeros_like(positions)),
+                               dim=0).values
+    rank_in_expert = positions - block_start
+    keep_sorted = rank_in_expert < capacity
+    keep_flat = torch.empty(n, dtype=torch.bool, device=flat.device)
+    keep_flat[order] = keep_sorted
+    return keep_flat.reshape(k, num_tokens).t().contiguous()
 
 
-class _Exchange(torch.autograd.Function):
+# ---- the all-to-all with autograd -------------------------------------------------------------
+
+
+def _exchange(x: torch.Tensor, send: list[int], recv: list[int], group) -> torch.Tensor:
+    out = x.new_empty((sum(recv),) + tuple(x.shape[1:]))
+    dist.all_to_all_single(out, x.contiguous(), output_split_sizes=list(recv),
+                           input_split_sizes=list(send), group=group)
+    return out
+
+
+class _AllToAll(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, send, recv, group):
         ctx.send, ctx.recv, ctx.group = send, recv, group
-        out = torch.empty((sum(recv),) + tuple(x.shape[1:]), dtype=x.dtype)
-        dist.all_to_all_single(out, x.contiguous(), recv, send, group=group)
-        return out
+        return _exchange(x, send, recv, group)
 
     @staticmethod
     def backward(ctx, grad):
-        back = torch.empty((sum(ctx.send),) + tuple(grad.shape[1:]), dtype=grad.dtype)
-        dist.all_to_all_single(back, grad.contiguous(), ctx.send, ctx.recv, group=ctx.group)
-        return back, None, None, None
+        # The rows retrace their way: receive by send splits, send by recv splits.
+        return _exchange(grad, ctx.recv, ctx.send, ctx.group), None, None, None
+
+
+def _splits(splits, n_ranks: int, what: str) -> list[int]:
+    try:
+        values = [_as_int(s, what) for s in splits]
+    except TypeError:
+        raise ValueError(f"{what} must be a list of {n_ranks} ints") from None
+    if len(values) != n_ranks:
+        raise ValueError(f"{what} has {len(values)} entries, the group has {n_ranks} ranks")
+    if any(v < 0 for v in values):
+        raise ValueError(f"{what} = {values} has a negative entry")
+    return values
 
 
 def all_to_all_tokens(x: torch.Tensor, send_splits: list[int], recv_splits: list[int],
                       group: dist.ProcessGroup | None = None) -> torch.Tensor:
-    n = dist.get_world_size(group)
-    if len(send_splits) != n or len(recv_splits) != n:
-        raise ValueError(f"need {n} send and recv splits, got {len(send_splits)} and "
-                         f"{len(recv_splits)}")
-    if sum(send_splits) != x.shape[0]:
-        raise ValueError(f"send splits sum to {sum(send_splits)} but x has {x.shape[0]} rows")
-    return _Exchange.apply(x, [int(s) for s in send_splits], [int(s) for s in recv_splits],
-                           group)
+    n_ranks, _ = _group_shape(group)
+    send = _splits(send_splits, n_ranks, "send_splits")
+    recv = _splits(recv_splits, n_ranks, "recv_splits")
+    if x.dim() < 1 or sum(send) != x.shape[0]:
+        raise ValueError(f"sum(send_splits) = {sum(send)} but x has "
+                         f"{x.shape[0] if x.dim() else 0} rows")
+    return _AllToAll.apply(x, send, recv, group)
+
+
+# ---- the layer --------------------------------------------------------------------------------
 
 
 class MoELayer(nn.Module):
@@ -97,94 +186,115 @@ class MoELayer(nn.Module):
                  capacity_factor: float | None = None,
                  group: dist.ProcessGroup | None = None) -> None:
         super().__init__()
-        n = dist.get_world_size(group)
-        if num_experts % n:
-            raise ValueError(f"num_experts={num_experts} not divisible by {n} ranks")
-        if k < 1 or k > num_experts:
-            raise ValueError(f"k={k} outside [1, {num_experts}]")
-        self.k, self.capacity_factor, self.num_experts, self.group = (
-            k, capacity_factor, num_experts, group)
-        self.per_rank = num_experts // n
+        local = self._configure(num_experts, k, capacity_factor, group)
         self.router = nn.Linear(hidden, num_experts, bias=False)
-        a, b = 1 / math.sqrt(hidden), 1 / math.sqrt(ffn)
-        self.w_gate = nn.Parameter(torch.empty(self.per_rank, ffn, hidden).uniform_(-a, a))
-        self.w_up = nn.Parameter(torch.empty(self.per_rank, ffn, hidden).uniform_(-a, a))
-        self.w_down = nn.Parameter(torch.empty(self.per_rank, hidden, ffn).uniform_(-b, b))
+        bound_in, bound_out = 1.0 / math.sqrt(hidden), 1.0 / math.sqrt(ffn)
+        self.w_gate = nn.Parameter(torch.empty(local, ffn, hidden).uniform_(-bound_in, bound_in))
+        self.w_up = nn.Parameter(torch.empty(local, ffn, hidden).uniform_(-bound_in, bound_in))
+        self.w_down = nn.Parameter(torch.empty(local, hidden, ffn).uniform_(-bound_out,
+                                                                            bound_out))
+
+    def _configure(self, num_experts, k, capacity_factor, group) -> int:
+        num_experts = _as_int(num_experts, "num_experts")
+        if num_experts < 1:
+            raise ValueError(f"num_experts = {num_experts} must be >= 1")
+        n_ranks, rank = _group_shape(group)
+        if num_experts % n_ranks:
+            raise ValueError(f"num_experts = {num_experts} is not divisible by the "
+                             f"expert-parallel group size N = {n_ranks}")
+        self.k = _check_k(k, num_experts)
+        self.num_experts = num_experts
+        self.capacity_factor = capacity_factor
+        self.group = group
+        self._n_ranks, self._rank = n_ranks, rank
+        self._local = num_experts // n_ranks
+        return self._local
 
     @classmethod
-    def from_dense(cls, router_weight, w_gate, w_up, w_down, k=2, capacity_factor=None,
-                   group=None):
-        e, h = router_weight.shape
-        f = w_gate.shape[1] if w_gate.dim() == 3 else -1
-        if (tuple(w_gate.shape) != (e, f, h) or tuple(w_up.shape) != (e, f, h)
-                or tuple(w_down.shape) != (e, h, f)):
-            raise ValueError(f"shapes disagree: router {tuple(router_weight.shape)}, w_gate "
-                             f"{tuple(w_gate.shape)}, w_up {tuple(w_up.shape)}, w_down "
-                             f"{tuple(w_down.shape)}")
-        layer = cls(h, f, e, k, capacity_factor, group)
-        lo = dist.get_rank(group) * layer.per_rank
-        hi = lo + layer.per_rank
+    def from_dense(cls, router_weight: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor,
+                   w_down: torch.Tensor, k: int = 2, capacity_factor: float | None = None,
+                   group: dist.ProcessGroup | None = None) -> MoELayer:
+        if router_weight.dim() != 2:
+            raise ValueError(f"router_weight must be [E, H], got {tuple(router_weight.shape)}")
+        num_experts, hidden = router_weight.shape
+        if w_gate.dim() != 3 or w_gate.shape[0] != num_experts or w_gate.shape[2] != hidden:
+            raise ValueError(f"w_gate must be [E={num_experts}, F, H={hidden}], "
+                             f"got {tuple(w_gate.shape)}")
+        ffn = w_gate.shape[1]
+        if tuple(w_up.shape) != (num_experts, ffn, hidden):
+            raise ValueError(f"w_up must be {(num_experts, ffn, hidden)} like w_gate, "
+                             f"got {tuple(w_up.shape)}")
+        if tuple(w_down.shape) != (num_experts, hidden, ffn):
+            raise ValueError(f"w_down must be {(num_experts, hidden, ffn)}, "
+                             f"got {tuple(w_down.shape)}")
+        layer = cls.__new__(cls)
+        nn.Module.__init__(layer)
+        local = layer._configure(num_experts, k, capacity_factor, group)
+        first = layer._rank * local
+        router = nn.Linear(hidden, num_experts, bias=False, dtype=router_weight.dtype,
+                           device=router_weight.device)
         with torch.no_grad():
-            layer.router.weight = nn.Parameter(router_weight.detach().clone())
-            layer.w_gate = nn.Parameter(w_gate.detach()[lo:hi].clone())
-            layer.w_up = nn.Parameter(w_up.detach()[lo:hi].clone())
-            layer.w_down = nn.Parameter(w_down.detach()[lo:hi].clone())
+            router.weight.copy_(router_weight.detach())
+        layer.router = router
+
+        def share(full: torch.Tensor) -> nn.Parameter:
+            return nn.Parameter(full.detach()[first:first + local].clone().contiguous())
+
+        layer.w_gate, layer.w_up, layer.w_down = share(w_gate), share(w_up), share(w_down)
         return layer
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        n = dist.get_world_size(self.group)
-        t, k = x.shape[0], self.k
+        hidden = self.router.in_features
+        if x.dim() != 2 or x.shape[1] != hidden:
+            raise ValueError(f"MoELayer: x must be [T, H={hidden}], got {tuple(x.shape)}")
+        num_tokens = x.shape[0]
+        n_ranks, local, E = self._n_ranks, self._local, self.num_experts
+
         logits = self.router(x)
-        weights, experts, _ = route(logits, k)
-        cap = (None if self.capacity_factor is None else
-               expert_capacity(t, self.num_experts, k, self.capacity_factor))
-        keep = capacity_mask(experts, self.num_experts, cap)
+        weights, experts, _ = route(logits, self.k)
+        capacity = (None if self.capacity_factor is None else
+                    expert_capacity(num_tokens, E, self.k, self.capacity_factor))
+        keep = capacity_mask(experts, E, capacity)
 
-        # Kept assignments, choice-major; bucketed by destination rank, then by expert.
-        tok = torch.arange(t).repeat(k)
-        exp = experts.t().reshape(-1)
-        wts = weights.t().reshape(-1)
-        kept = keep.t().reshape(-1)
-        tok, exp, wts = tok[kept], exp[kept], wts[kept]
-        order = []
-        for e in range(self.num_experts):
-            order.append((exp == e).nonzero().flatten())
-        order = torch.cat(order)
-        tok, exp, wts = tok[order], exp[order], wts[order]
+        # Kept (token, choice) pairs, grouped by expert (so by destination rank).
+        token_of = torch.arange(num_tokens, device=x.device).unsqueeze(1).expand_as(experts)
+        kept_tokens = token_of[keep]
+        kept_experts = experts[keep]
+        kept_weights = weights[keep]
+        by_expert = torch.sort(kept_experts, stable=True).indices
+        tokens_sorted = kept_tokens[by_expert]
+        weights_sorted = kept_weights[by_expert]
 
-        counts = torch.zeros(self.num_experts, dtype=torch.int64)
-        for e in exp.tolist():
-            counts[e] += 1
-        incoming = torch.empty_like(counts)
-        dist.all_to_all_single(incoming, counts, group=self.group)
-        incoming = incoming.reshape(n, self.per_rank)  # [source rank, my expert]
-        send = [int(c) for c in counts.reshape(n, self.per_rank).sum(1)]
-        recv = [int(c) for c in incoming.sum(1)]
+        # Counts per expert out; counts per (source rank, local expert) in.
+        per_expert = torch.bincount(kept_experts, minlength=E).to(torch.int64)
+        incoming = torch.empty_like(per_expert)
+        dist.all_to_all_single(incoming, per_expert, group=self.group)
+        send = per_expert.view(n_ranks, local).sum(dim=1).tolist()
+        incoming = incoming.view(n_ranks, local)
+        recv = incoming.sum(dim=1).tolist()
 
-        rows = all_to_all_tokens(x.index_select(0, tok), send, recv, self.group)
+        rows = all_to_all_tokens(x.index_select(0, tokens_sorted), send, recv, self.group)
 
-        # Rows arrive source-major, then by my expert: find each expert's rows per source.
-        # (rows * 0, not zeros_like: the results stay attached to the received rows, so
-        # backward runs both reverse all-to-alls even when no row arrived here.)
-        results = rows * 0
-        offset = 0
-        pieces = []
-        for s in range(n):
-            for j in range(self.per_rank):
-                c = int(incoming[s, j])
-                pieces.append((j, offset, c))
-                offset += c
+        # Received rows: source-rank blocks, each ordered by local expert. Regroup by expert.
+        local_id = torch.repeat_interleave(
+            torch.arange(local, device=x.device).repeat(n_ranks), incoming.reshape(-1))
+        regroup = torch.sort(local_id, stable=True).indices
+        grouped = rows.index_select(0, regroup)
+        sizes = incoming.sum(dim=0).tolist()
         outs = []
-        for j, start, c in pieces:
-            if c == 0:
-                continue
-            h = rows[start:start + c]
-            out = (F.silu(h @ self.w_gate[j].t()) * (h @ self.w_up[j].t())) @ self.w_down[j].t()
-            outs.append((start, c, out))
-        if outs:
-            index = torch.cat([torch.arange(s, s + c) for s, c, _ in outs])
-            results = results.index_put((index,), torch.cat([o for _, _, o in outs]))
+        # Every local expert runs, even on zero rows: the results then always hang on the
+        # expert weights, so this rank joins the results' reverse all-to-all in backward.
+        for j, block in enumerate(torch.split(grouped, sizes, dim=0)):
+            gate = F.silu(block @ self.w_gate[j].t())
+            up = block @ self.w_up[j].t()
+            outs.append((gate * up) @ self.w_down[j].t())
+        grouped_out = torch.cat(outs, dim=0)
+        undo = torch.empty_like(regroup)
+        undo[regroup] = torch.arange(regroup.numel(), device=x.device)
+        results = grouped_out.index_select(0, undo)
 
         back = all_to_all_tokens(results, recv, send, self.group)
-        y = torch.zeros_like(x).index_add(0, tok, back * wts[:, None])
+        contrib = back * weights_sorted.unsqueeze(1).to(back.dtype)
+        y = torch.zeros(num_tokens, hidden, dtype=contrib.dtype, device=x.device)
+        y = y.index_add(0, tokens_sorted, contrib)
         return y, logits
