@@ -48,7 +48,7 @@ def _within(record, lo: int, hi: int, side: str) -> bool:
     return lo <= numel <= hi
 
 
-@pytest.mark.points(3)
+@pytest.mark.points(2)
 @pytest.mark.parametrize("world", WORLDS)
 def test_forward_is_three_all_to_alls(launch, impl, world):
     for name, r, _, bounds, win in _layers(launch, impl, world):
