@@ -25,7 +25,11 @@ from harness.cases import Memo, case_values, run_cases
 
 DTYPE = torch.float64
 BACKEND = "gloo"  # CPU tensors everywhere: gloo even where a GPU would let "auto" pick NCCL
-TIMEOUT_S = 60.0
+TIMEOUT_S = 90.0
+# Every distributed case runs on its own group of all ranks with this collective timeout: a rank
+# that leaves out a collective (say, the backward of a rank whose experts got no token) then
+# fails that case after this long, on the ranks left waiting, instead of hanging the launch.
+CASE_GROUP_TIMEOUT_S = 15.0
 HIDDEN, FFN, EXPERTS = 6, 10, 8
 WORLDS = (2, 4)
 NOT_COMMUNICATION = frozenset({"mark"})
@@ -241,13 +245,21 @@ A2A_SPECS = {  # world -> {name: (splits, seed, trailing shape of a row)}
 
 # ---- rank side --------------------------------------------------------------------------------
 
+def _case_group(ctx):
+    """A group of every rank, this case's own, whose collectives time out (see above)."""
+    from datetime import timedelta
+
+    return ctx.new_group(list(range(ctx.world_size)),
+                         timeout=timedelta(seconds=CASE_GROUP_TIMEOUT_S))
+
+
 def _run_layer(ctx, m, name: str, c: dict) -> dict:
     from harness import storage_bytes
 
     r = ctx.rank
     p = c["params"]
     layer = m.MoELayer.from_dense(p["router"], p["w_gate"], p["w_up"], p["w_down"], k=c["k"],
-                                  capacity_factor=c["cf"])
+                                  capacity_factor=c["cf"], group=_case_group(ctx))
     held = storage_bytes(layer)
     x = c["xs"][r].clone().requires_grad_()
     ctx.mark(f"{name} forward")
@@ -270,7 +282,7 @@ def _run_a2a(ctx, m, name: str, c: dict) -> dict:
     recv = [c["splits"][i][r] for i in range(world)]
     x = c["xs"][r].clone().requires_grad_()
     ctx.mark(f"{name} forward")
-    out = m.all_to_all_tokens(x, send, recv)
+    out = m.all_to_all_tokens(x, send, recv, _case_group(ctx))
     ctx.mark(f"{name} backward")
     out.backward(c["out_grads"][r])
     ctx.mark(f"{name} end")

@@ -34,6 +34,8 @@ WORLDS = [pytest.param(w, id=f"world_size={w}") for w in (2, 4)]
 def _layers(launch, impl, world: int):
     result = run(launch, impl, world)
     for k, cf, _, empty in LAYER_SPECS[world]:
+        if empty is not None:
+            continue  # judged by test_layer alone: a rank that skips a call fails it there
         name = layer_name(k, cf, empty is not None)
         got = values(result, f"layer {name}")
         case = cases_for(world)[f"layer {name}"]
@@ -46,7 +48,7 @@ def _within(record, lo: int, hi: int, side: str) -> bool:
     return lo <= numel <= hi
 
 
-@pytest.mark.points(3)
+@pytest.mark.points(2)
 @pytest.mark.parametrize("world", WORLDS)
 def test_forward_is_three_all_to_alls(launch, impl, world):
     for name, r, _, bounds, win in _layers(launch, impl, world):
