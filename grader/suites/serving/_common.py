@@ -222,6 +222,10 @@ def run_error_job(mods: dict[str, Any], job: dict) -> list[str]:
         if got != (8, 32, False, None):
             raise AssertionError(f"Engine(model) has (max_num_seqs, max_num_tokens, overlap, "
                                  f"cache) = {got}")
+        engine.generate([Request(0, [1, 2, 3], 1)])  # one forward of 3 tokens
+        stats = engine.stats()
+        if (stats["steps"], stats["scheduled_tokens"], stats["tokens_per_step"]) != (1, 3, 3.0):
+            raise AssertionError(f"one forward of 3 tokens: stats() says {stats}")
 
     calls = {"limits": limits, "engine_limits": engine_limits, "add": add,
              "insert_mismatch": insert_mismatch, "dec_ref_twice": dec_ref_twice,
