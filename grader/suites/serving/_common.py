@@ -182,10 +182,10 @@ def run_error_job(mods: dict[str, Any], job: dict) -> list[str]:
     def outcome(fn: Callable[[], Any]) -> str:
         try:
             fn()
-        except (ValueError, RuntimeError) as exc:
-            return "ValueError" if isinstance(exc, ValueError) else "RuntimeError"
         except NotImplementedError:
             raise
+        except (ValueError, RuntimeError) as exc:
+            return "ValueError" if isinstance(exc, ValueError) else "RuntimeError"
         except Exception as exc:  # noqa: BLE001 - reported as what was raised instead
             return type(exc).__name__
         return "ok"
@@ -238,8 +238,17 @@ def run_generate_job(mods: dict[str, Any], job: dict) -> dict[int, list[int]]:
     from assignments.serving.model import TinyLM
     from assignments.serving.request import Request
 
-    engine = mods["engine"].Engine(TinyLM(job["num_blocks"], seed=job["model_seed"]),
-                                   **job["config"])
+    model = TinyLM(job["num_blocks"], seed=job["model_seed"])
+    launch = model.launch
+
+    def bounded(batch: Any) -> Any:  # a livelocked engine must not hang the whole launch
+        if model.forwards >= MAX_CALLS:
+            raise RuntimeError(f"Engine.generate ran more than {MAX_CALLS} forwards without "
+                               "finishing (a livelock: requests preempting each other?)")
+        return launch(batch)
+
+    model.launch = bounded
+    engine = mods["engine"].Engine(model, **job["config"])
     return engine.generate([Request(**spec) for spec in job["requests"]])
 
 
