@@ -27,7 +27,7 @@ import torch
 
 from harness.cases import Memo, case_value
 
-JOB_TIMEOUT = 45.0  # the launch takes ~4 s; a scheduler stuck in a loop fails in this time
+JOB_TIMEOUT = 75.0  # the launch takes ~5 s idle, ~25 s on a loaded machine; a stuck loop fails
 MAX_CALLS = 200  # step() calls per engine job; the solution needs at most about 75
 IDLE_CALLS = 3  # step() calls in a row without a forward before a job is given up
 SEED_STRIDE = 4096  # engine.sample's documented seed: request.seed * 4096 + len(output)
