@@ -27,7 +27,7 @@ import torch
 
 from harness.cases import Memo, case_value
 
-JOB_TIMEOUT = 45.0  # the launch takes ~4 s; a scheduler stuck in a loop fails in this time
+JOB_TIMEOUT = 75.0  # the launch takes ~5 s idle, ~25 s on a loaded machine; a stuck loop fails
 MAX_CALLS = 200  # step() calls per engine job; the solution needs at most about 75
 IDLE_CALLS = 3  # step() calls in a row without a forward before a job is given up
 SEED_STRIDE = 4096  # engine.sample's documented seed: request.seed * 4096 + len(output)
@@ -182,10 +182,10 @@ def run_error_job(mods: dict[str, Any], job: dict) -> list[str]:
     def outcome(fn: Callable[[], Any]) -> str:
         try:
             fn()
-        except (ValueError, RuntimeError) as exc:
-            return "ValueError" if isinstance(exc, ValueError) else "RuntimeError"
         except NotImplementedError:
             raise
+        except (ValueError, RuntimeError) as exc:
+            return "ValueError" if isinstance(exc, ValueError) else "RuntimeError"
         except Exception as exc:  # noqa: BLE001 - reported as what was raised instead
             return type(exc).__name__
         return "ok"
@@ -222,6 +222,10 @@ def run_error_job(mods: dict[str, Any], job: dict) -> list[str]:
         if got != (8, 32, False, None):
             raise AssertionError(f"Engine(model) has (max_num_seqs, max_num_tokens, overlap, "
                                  f"cache) = {got}")
+        engine.generate([Request(0, [1, 2, 3], 1)])  # one forward of 3 tokens
+        stats = engine.stats()
+        if (stats["steps"], stats["scheduled_tokens"], stats["tokens_per_step"]) != (1, 3, 3.0):
+            raise AssertionError(f"one forward of 3 tokens: stats() says {stats}")
 
     calls = {"limits": limits, "engine_limits": engine_limits, "add": add,
              "insert_mismatch": insert_mismatch, "dec_ref_twice": dec_ref_twice,
@@ -234,8 +238,17 @@ def run_generate_job(mods: dict[str, Any], job: dict) -> dict[int, list[int]]:
     from assignments.serving.model import TinyLM
     from assignments.serving.request import Request
 
-    engine = mods["engine"].Engine(TinyLM(job["num_blocks"], seed=job["model_seed"]),
-                                   **job["config"])
+    model = TinyLM(job["num_blocks"], seed=job["model_seed"])
+    launch = model.launch
+
+    def bounded(batch: Any) -> Any:  # a livelocked engine must not hang the whole launch
+        if model.forwards >= MAX_CALLS:
+            raise RuntimeError(f"Engine.generate ran more than {MAX_CALLS} forwards without "
+                               "finishing (a livelock: requests preempting each other?)")
+        return launch(batch)
+
+    model.launch = bounded
+    engine = mods["engine"].Engine(model, **job["config"])
     return engine.generate([Request(**spec) for spec in job["requests"]])
 
 

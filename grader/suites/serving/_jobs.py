@@ -126,7 +126,8 @@ ERROR_CALLS = [
      "a request id added twice", "ValueError"),
     (("insert_mismatch",), "RadixCache.insert of 3 tokens with 2 blocks", "ValueError"),
     (("dec_ref_twice",), "RadixCache.dec_ref below zero", "RuntimeError"),
-    (("defaults",), "Engine(model)'s documented defaults", "ok"),
+    (("defaults",), "Engine(model)'s documented defaults, and stats() after one forward",
+     "ok"),
 ]
 JOBS["errors"] = {"kind": "errors", "calls": [call for call, _, _ in ERROR_CALLS]}
 
