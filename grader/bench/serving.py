@@ -51,7 +51,7 @@ def _static(model: Any, specs: list[dict], max_num_seqs: int, max_num_tokens: in
         blocks = {r["request_id"]: manager.allocate(len(r["prompt"]) + r["max_tokens"] - 1)
                   for r in group}
         done = {r["request_id"]: 0 for r in group}
-        out = {r["request_id"]: [] for r in group}
+        out: dict[Any, list[int]] = {r["request_id"]: [] for r in group}
         while any(done[r["request_id"]] < len(r["prompt"]) for r in group):  # prefill
             budget, batch, ends = max_num_tokens, [], []
             for r in group:
