@@ -200,6 +200,8 @@ def ring_reduce_scatter(tensor: torch.Tensor, op: str = "sum",
     Returns:
         A new 1-D tensor of `end - start` elements, where `(start, end)` is
         `chunk_bounds(tensor.numel(), N)[p]` for this rank's group rank p.
+        It has its own storage of those elements only, not a view into a full-size
+        buffer: a reduce-scatter leaves each rank holding 1/N of the data.
 
     Raises (before sending anything):
         ValueError: unknown `op`.  TypeError: `op="avg"` on a non-floating-point dtype.

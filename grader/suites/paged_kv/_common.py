@@ -55,9 +55,10 @@ class JobTests:
         test_boundary = ALLOCATOR.test(3, "boundary")
 
     `runs` is the module-scoped fixture (assign it to the module-level name `runs`);
-    `test(points, name)` is a test worth `points` that passes when job `name` matches the
-    reference model, and exercises the class its config names (PrefixCachingAllocator when
-    `prefix` is set, else BlockAllocator); pytest collects it under the name it is assigned to.
+    `test(points, *names)` is a test worth `points` that passes when each job of `names` matches
+    the reference model, and exercises the classes their configs name (PrefixCachingAllocator
+    when `prefix` is set, else BlockAllocator); pytest collects it under the name it is
+    assigned to.
     """
 
     def __init__(self, jobs: Mapping[str, Job], timeout: float = 60.0) -> None:
@@ -69,13 +70,14 @@ class JobTests:
 
         self.runs = runs
 
-    def test(self, points: int, name: str) -> Callable[[JobRuns], None]:
-        config, _ = self.jobs[name]
-        exercised = "PrefixCachingAllocator" if config.get("prefix") else "BlockAllocator"
+    def test(self, points: int, *names: str) -> Callable[[JobRuns], None]:
+        exercised = sorted({"PrefixCachingAllocator" if self.jobs[name][0].get("prefix")
+                            else "BlockAllocator" for name in names})
 
-        @pytest.mark.exercises(exercised)
+        @pytest.mark.exercises(*exercised)
         @pytest.mark.points(points)
         def test(runs: JobRuns) -> None:
-            runs.judge(name)
+            for name in names:
+                runs.judge(name)
 
         return test

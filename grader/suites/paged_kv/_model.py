@@ -407,8 +407,30 @@ def _check_fresh(chosen: list[int], n: int, uncached: set[int], lru: list[int],
             f"the longest time ago first (free releases a table's blocks last block first)")
 
 
+def _judge_constructor(config: dict, trace: list[dict]) -> None:
+    """The constructor raises ValueError exactly when num_blocks or block_size is < 1."""
+    cls = "PrefixCachingAllocator" if config.get("prefix") else "BlockAllocator"
+    invalid = config["num_blocks"] < 1 or config["block_size"] < 1
+    got = trace[0].get("init_error") if trace else None
+    if invalid and got != "ValueError":
+        raise TraceMismatch(
+            f"{cls}(num_blocks, block_size) with a size < 1 should raise ValueError but "
+            + ("succeeded" if got is None else f"raised {got}")
+            + f"\n  (config {config['name']}: num_blocks={config['num_blocks']}, "
+              f"block_size={config['block_size']})")
+    if not invalid and got is not None:
+        raise TraceMismatch(
+            f"{cls}(num_blocks, block_size) raised {got} for sizes >= 1; only a size < 1 is "
+            f"invalid (one block of one slot is a valid pool)"
+            + f"\n  (config {config['name']}: num_blocks={config['num_blocks']}, "
+              f"block_size={config['block_size']})")
+
+
 def judge_trace(config: dict, ops: list[tuple], trace: list[dict]) -> None:
     """Judge one whole trace; raise TraceMismatch whose first line names the failing check."""
+    _judge_constructor(config, trace)
+    if trace and "init_error" in trace[0]:
+        return  # the sizes are invalid and the constructor rejected them: nothing more ran
     model = Model(config["num_blocks"], config["block_size"], config.get("prefix", False))
     for index, (op, rec) in enumerate(zip(ops, trace)):
         try:

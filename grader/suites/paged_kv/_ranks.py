@@ -11,6 +11,9 @@ returns, per job, one trace per sequence. A trace has one record per operation:
     lens      {seq: seq_len(seq)} of every live sequence
     slots_of  the sequence the call touched (when live), slots: its slot_mapping
 
+A trace whose allocator could not be made (the constructor raised) is one record
+`{"init_error": <error as above>}`.
+
 A sequence is live after an allocate/fork/allocate_prompt that returned, until a free that
 returned. NotImplementedError always propagates, so a stub fails as "not implemented".
 """
@@ -72,7 +75,12 @@ def snapshot(alloc, live: list, touched) -> dict:
 def run_sequence(mod, config: dict, ops: list) -> list[dict]:
     """Run one op sequence on a fresh allocator of the config's class and sizes."""
     cls = mod.PrefixCachingAllocator if config.get("prefix") else mod.BlockAllocator
-    alloc = cls(config["num_blocks"], config["block_size"])
+    try:
+        alloc = cls(config["num_blocks"], config["block_size"])
+    except NotImplementedError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - judged in the parent, by type
+        return [{"init_error": error_name(mod, exc)}]
     live: list = []
     trace = []
     for op in ops:

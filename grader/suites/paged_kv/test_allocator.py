@@ -1,4 +1,5 @@
-"""BlockAllocator on hand-written operation sequences: boundaries, errors, exhaustion, forks.
+"""BlockAllocator on hand-written operation sequences: boundaries, errors, exhaustion, forks,
+and the constructor's sizes (< 1 is a ValueError; one block of one slot is a working pool).
 
 Every sequence runs on a fresh allocator in one rank launch; the parent's reference model
 (`_model.py`) judges each returned record: the expected error, the invariants (free + used =
@@ -50,14 +51,27 @@ FORK_OPS = [
     ("free", 1), ("free", 3),
 ]
 
+# The constructor: a size < 1 is a ValueError (nothing to run after it); 1 and 1 is a pool.
+NO_BLOCKS = {"name": "no_blocks", "num_blocks": 0, "block_size": 4}
+ZERO_SLOTS = {"name": "zero_block_size", "num_blocks": 4, "block_size": 0}
+ONE_SLOT = {"name": "one_block_of_one_slot", "num_blocks": 1, "block_size": 1}
+ONE_SLOT_OPS = [
+    ("allocate", 0, 1), ("append", 0), ("can", 1),      # the only slot is taken: no room
+    ("free", 0), ("can", 1), ("allocate", 1, 0), ("append", 1), ("free", 1),
+]
+
 JOBS = {"boundary": (BOUNDARY, [BOUNDARY_OPS]), "errors": (ERRORS, [ERRORS_OPS]),
-        "exhaustion": (EXHAUST, [EXHAUST_OPS]), "fork": (FORK, [FORK_OPS])}
+        "exhaustion": (EXHAUST, [EXHAUST_OPS]), "fork": (FORK, [FORK_OPS]),
+        "no_blocks": (NO_BLOCKS, [[]]), "zero_block_size": (ZERO_SLOTS, [[]]),
+        "one_block_of_one_slot": (ONE_SLOT, [ONE_SLOT_OPS])}
 
 
 ALLOCATOR = JobTests(JOBS)
 runs = ALLOCATOR.runs
 
 test_new_block_exactly_when_the_last_is_full = ALLOCATOR.test(3, "boundary")
-test_errors_for_unknown_and_existing_ids_and_negative_counts = ALLOCATOR.test(3, "errors")
+test_errors_for_unknown_and_existing_ids_and_negative_counts = ALLOCATOR.test(2, "errors")
 test_exhaustion_is_atomic_and_recovers_after_free = ALLOCATOR.test(3, "exhaustion")
 test_fork_shares_blocks_and_free_keeps_what_others_hold = ALLOCATOR.test(3, "fork")
+test_sizes_below_one_are_rejected_and_one_block_of_one_slot_works = ALLOCATOR.test(
+    1, "no_blocks", "zero_block_size", "one_block_of_one_slot")

@@ -98,6 +98,9 @@ CASES = {
                                 dtype=torch.float64),
     "gqa": make_case(4, [3, 11, 8, 1], block_size=4, heads=8, kv_heads=2, dim=8,
                      dtype=torch.float64),
+    # 3 query heads over 2 KV heads: not grouped-query attention, a ValueError.
+    "heads_not_a_multiple": make_case(7, [2, 5], block_size=4, heads=3, kv_heads=2, dim=4,
+                                      dtype=torch.float32),
 }
 
 COUNT_CASES = {
@@ -121,7 +124,7 @@ def _check(outputs, name: str, *, hint: str) -> None:
 
 
 @pytest.mark.exercises("paged_attention")
-@pytest.mark.points(4)
+@pytest.mark.points(3)
 def test_matches_dense_attention_random_lengths(outputs):
     _check(outputs, "random", hint="mask every position >= context_lens[b], including the rest "
                                    "of the last block, and ignore -1 table entries")
@@ -145,6 +148,18 @@ def test_block_size_one(outputs):
 @pytest.mark.points(2)
 def test_grouped_query_attention(outputs):
     _check(outputs, "gqa", hint="query head h reads KV head h // (num_heads // kv_heads)")
+
+
+@pytest.mark.exercises("paged_attention")
+@pytest.mark.points(1)
+def test_query_heads_not_a_multiple_of_kv_heads_raise_value_error(outputs):
+    outcome = outputs["heads_not_a_multiple"]
+    if not outcome["ok"] and outcome["error"]["not_implemented"]:
+        case_value(outcome, "paged_attention (query heads not a multiple of KV heads)")
+    got = "returned a result" if outcome["ok"] else f"raised {outcome['error']['type']}"
+    assert not outcome["ok"] and outcome["error"]["type"] == "ValueError", (
+        f"paged_attention with num_heads not a multiple of kv_heads {got}, expected "
+        f"ValueError; check num_heads % kv_heads before viewing the queries")
 
 
 @pytest.mark.exercises("paged_attention")

@@ -90,15 +90,30 @@ COLLIDE_B = c4(2, 1) + [8]  # block 0 forged to hash like A's block 0; block 1 e
 
 
 def rank_forged_collision(ctx, a_tokens, b_tokens):
-    """Prompt A, then B whose first block's hash is forged to equal A's first block's hash."""
+    """Prompt A, then B whose first block's hash is forged to equal A's first block's hash.
+
+    Also returns every `hash_block` call as (parent_hash, token_ids, the hash it returned),
+    each argument as plain data (its repr when it is neither None, an int nor a sequence)."""
     mod = ctx.impl_module("paged_kv", "allocator")
     a_first, b_first = tuple(a_tokens[:4]), tuple(b_tokens[:4])
+    calls = []
+
+    def as_data(value):
+        if value is None or isinstance(value, int):
+            return value
+        try:
+            return [int(t) for t in value]
+        except (TypeError, ValueError):
+            return repr(value)[:80]
 
     class Forged(mod.PrefixCachingAllocator):
         def hash_block(self, parent_hash, token_ids):
-            if parent_hash is None and tuple(token_ids) == b_first:
-                token_ids = a_first
-            return super().hash_block(parent_hash, token_ids)
+            forged = token_ids
+            if parent_hash is None and as_data(token_ids) == list(b_first):
+                forged = a_first
+            result = super().hash_block(parent_hash, forged)
+            calls.append([as_data(parent_hash), as_data(token_ids), as_data(result)])
+            return result
 
     alloc = Forged(12, 4)
     table_a, cached_a = alloc.allocate_prompt(0, a_tokens)
@@ -108,7 +123,8 @@ def rank_forged_collision(ctx, a_tokens, b_tokens):
     alloc.free(0)
     alloc.free(2)
     return {"a": (list(table_a), int(cached_a)), "b": (list(table_b), int(cached_b)),
-            "a2": (list(table_a2), int(cached_a2)), "free": int(alloc.num_free_blocks)}
+            "a2": (list(table_a2), int(cached_a2)), "free": int(alloc.num_free_blocks),
+            "hash_calls": calls}
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +134,7 @@ def forged(launch):
 
 
 @pytest.mark.exercises("PrefixCachingAllocator")
-@pytest.mark.points(3)
+@pytest.mark.points(2)
 def test_forged_hash_collision_is_not_a_hit(forged):
     table_a, _ = forged["a"]
     table_b, cached_b = forged["b"]
@@ -135,6 +151,27 @@ def test_forged_hash_collision_is_not_a_hit(forged):
         f"{table_a2[:2]}), expected 8 (its blocks {table_a[:2]}); a colliding prompt must not "
         f"take over the cached entry")
     assert forged["free"] == 12, f"{forged['free']} of 12 blocks free after freeing everything"
+
+
+@pytest.mark.exercises("PrefixCachingAllocator")
+@pytest.mark.points(1)
+def test_hash_block_gets_the_previous_hash_then_the_block_tokens(forged):
+    """hash_block(parent_hash, token_ids): None or an earlier hash, then block_size token ids
+    that are a full block of the prompt (seen through the same overriding subclass)."""
+    blocks = {tuple(p[i:i + 4]) for p in (COLLIDE_A, COLLIDE_B) for i in range(0, len(p) - 3, 4)}
+    returned: list = []
+    for parent, tokens, result in forged["hash_calls"]:
+        assert parent is None or parent in returned, (
+            "hash_block was called with a parent_hash that is neither None nor a hash it "
+            "returned before; call self.hash_block(previous block's hash (None for block 0), "
+            "this block's token ids), in that order")
+        assert isinstance(tokens, list) and tuple(tokens) in blocks, (
+            "hash_block was called with token_ids that are not the block_size token ids of a "
+            "full block of the prompt; call self.hash_block(previous block's hash, this "
+            "block's token ids), in that order")
+        returned.append(result)
+    assert forged["hash_calls"], ("allocate_prompt never called self.hash_block; compute every "
+                                  "block's hash through it (the tests override it)")
 
 
 # -- 100 requests sharing a 512-token prompt ---------------------------------------------------

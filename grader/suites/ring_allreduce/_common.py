@@ -166,6 +166,14 @@ def check_case(case: Case, values: Sequence[Any], world_size: int) -> None:
             if not torch.equal(got["after"], case.inputs[rank]):
                 raise AssertionError(f"{what}: the input tensor was modified; "
                                      "ring_reduce_scatter must work on a copy")
+            # Its own storage: at most the largest chunk, ceil(D / N) elements, not a view that
+            # keeps a full-size work buffer alive.
+            largest = -(-case.inputs[rank].numel() // n) * case.inputs[rank].element_size()
+            if got["out_storage"] is not None and got["out_storage"] > largest:
+                raise AssertionError(
+                    f"{what}: the returned chunk is a view into a buffer larger than the chunk, "
+                    "which keeps the whole tensor alive; return it with its own storage, e.g. "
+                    "clone the slice (README §5)")
         elif case.call == "all_gather":
             _check_in_place(got, what)
             assert_close(got["out"], case.extra["full"], what=what,

@@ -53,8 +53,9 @@ def run_cases(ctx, group_list: list[tuple[int, ...]], cases: list[dict[str, Any]
 
     A case's value is None on ranks outside its group, else `out` (what the call returned),
     `returned_input` (whether it returned the very tensor it was given), `after` (the input
-    tensor after the call) and `gaps` (the gap columns of a "strided" layout after the call,
-    else None). A case with `meet` False runs at the same time as the next one (disjoint
+    tensor after the call), `out_storage` (the bytes of the storage behind `out`, measured here:
+    the trip back copies tensors) and `gaps` (the gap columns of a "strided" layout after the
+    call, else None). A case with `meet` False runs at the same time as the next one (disjoint
     groups): the ranks do not wait for each other between the two.
     """
     from harness.cases import RankCase
@@ -75,6 +76,8 @@ def run_cases(ctx, group_list: list[tuple[int, ...]], cases: list[dict[str, Any]
         return {
             "out": out if isinstance(out, torch.Tensor) else repr(type(out)),
             "returned_input": out is tensor,
+            "out_storage": (out.untyped_storage().nbytes() if isinstance(out, torch.Tensor)
+                            else None),
             "after": tensor,
             "gaps": gaps,
         }
