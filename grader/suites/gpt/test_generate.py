@@ -90,8 +90,8 @@ def test_greedy_with_cache_equals_recomputation(probes):
     got = result(probes, "calls", "GPT.generate")
     check(got, "greedy", "greedy generate with the KV cache", CACHE_HINT)
     check(got, "exact_fill", "greedy generate up to exactly max_seq_len tokens",
-          "prompt + max_new_tokens == max_seq_len is allowed; compute no logits after the "
-          "last token (README §7)")
+          "prompt + max_new_tokens == max_seq_len is allowed: the last token is placed at "
+          "position max_seq_len - 1 (README §7)")
 
 
 @pytest.mark.points(3)
