@@ -17,6 +17,7 @@ from __future__ import annotations
 import io
 import os
 import shutil
+import signal
 import tempfile
 import threading
 import time
@@ -194,9 +195,7 @@ def launch(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] =
             sidecars.stop()
         if group is not None and failed:
             group.kill()  # everything at once: a tree walk is slow against a fork bomb
-        for proc in procs:
-            if proc.pid is not None:
-                proctree.kill_tree(proc.pid)
+        proctree.kill_trees([proc.pid for proc in procs if proc.pid is not None])
         for proc in procs:
             proc.join(timeout=5)
         with _lock:
@@ -397,7 +396,13 @@ def _finish_rank(job: RankJob, pid: int) -> int | None:
     other ranks through the transport, plus a little rendezvous traffic. None without /proc.
     """
     written = procfs.written_bytes(pid)
-    proctree.kill_tree(pid)
+    # Ended at once; what it may have started is ended with the launch's other processes
+    # (`kill_trees` in `launch`, one scan of /proc for every rank), then the survivor check.
+    proctree.kill_group(pid)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
     if written is None:
         return None
     own_files = 0
@@ -447,7 +452,6 @@ def _watch(procs: list[Any], jobs: list[RankJob], deadline: float, timeout: floa
             procs[r].join()
             if group is not None:  # stop the others at once, whatever they started too
                 group.kill()
-            for other in pending.values():
-                proctree.kill_tree(procs[other].pid)
+            proctree.kill_trees([procs[other].pid for other in pending.values()])
             raise failures.first_failure(procs, jobs, r, limited=limited)
     return written

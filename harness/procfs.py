@@ -56,6 +56,19 @@ def group_members(pgid: int) -> set[int]:
     return members
 
 
+def groups_with_members(pgids: set[int]) -> set[int]:
+    """Those of the process groups `pgids` that still have a live (non-zombie) member."""
+    found = set()
+    for pid in pids():
+        fields = stat_fields(pid)
+        try:
+            if fields[0] != "Z" and int(fields[2]) in pgids:
+                found.add(int(fields[2]))
+        except (IndexError, ValueError):
+            continue
+    return found
+
+
 def is_stopped(pid: int) -> bool:
     """Whether `pid` is stopped (state T or t): a rank that wrote its result waits so."""
     fields = stat_fields(pid)

@@ -12,12 +12,16 @@ from harness import procfs
 
 def descendants(pid: int) -> set[int]:
     """Live (non-zombie) descendants of `pid`, not including it."""
-    parents = procfs.parents()
+    return _below([pid], procfs.parents())
+
+
+def _below(pids: list[int], parents: dict[int, int]) -> set[int]:
+    """Descendants of any of `pids` (not themselves) in one snapshot of {pid: parent pid}."""
     children: dict[int, list[int]] = {}
     for child, parent in parents.items():
         children.setdefault(parent, []).append(child)
     found: set[int] = set()
-    stack = [pid]
+    stack = list(pids)
     while stack:
         for child in children.get(stack.pop(), ()):
             if child not in found:
@@ -34,30 +38,42 @@ def _signal(pid: int, sig: int) -> None:
 
 
 def kill_tree(pid: int, *, group: bool = True) -> None:
-    """SIGKILL `pid`, its process group (when it leads one) and every descendant.
+    """SIGKILL `pid`, its process group (when it leads one) and every descendant."""
+    kill_trees([pid], group=group)
 
-    Descendants are frozen with SIGSTOP first so a fork bomb cannot outrun the scan.
+
+def kill_trees(pids: list[int], *, group: bool = True) -> None:
+    """SIGKILL each of `pids`, the process group each leads (`group`) and every descendant.
+
+    Descendants are frozen with SIGSTOP first so a fork bomb cannot outrun the scan. The trees
+    of all `pids` are read from the same few scans of /proc (a launch ends all its ranks with
+    one call: each scan reads every process of the machine).
     """
+    pids = list(pids)
     for _ in range(50):
-        found = descendants(pid)
+        found = _below(pids, procfs.parents())
         for child in found:
             _signal(child, signal.SIGSTOP)
-        if found == descendants(pid):
+        if found == _below(pids, procfs.parents()):
             break
-    for child in descendants(pid) | {pid}:
+    for child in _below(pids, procfs.parents()) | set(pids):
         _signal(child, signal.SIGKILL)
     if group:
         # Orphans (whose parent died first) are no longer descendants but keep the group; a
-        # fork racing with killpg can still add one, so repeat until the group is empty.
+        # fork racing with killpg can still add one, so repeat until the groups are empty.
         deadline = time.monotonic() + 2.0
-        while True:
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError, OSError):
+        leaders = set(pids)
+        while leaders:
+            for leader in list(leaders):
+                try:
+                    os.killpg(leader, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError, OSError):
+                    leaders.discard(leader)
+            if not leaders or time.monotonic() > deadline:
                 break
-            if not procfs.group_members(pid) or time.monotonic() > deadline:
-                break
-            time.sleep(0.002)
+            leaders &= procfs.groups_with_members(leaders)
+            if leaders:
+                time.sleep(0.002)
 
 
 def kill_group(pgid: int) -> None:
