@@ -73,7 +73,7 @@ def bench_rank(ctx, cfg: dict) -> dict:
             return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
         error = float((mine().float() - torchs().float()).abs().max())
-        times = {"mine": [], "torch": []}
+        times: dict[str, list[float]] = {"mine": [], "torch": []}
         for _ in range(cfg["repeats"]):
             times["mine"].append(_timed(mine, device))
             times["torch"].append(_timed(torchs, device))
@@ -87,7 +87,7 @@ def bench_rank(ctx, cfg: dict) -> dict:
     prompt = torch.randint(0, 256, (1, 8), generator=gen).to(device)
     generate = []
     for new in GENERATE_LENGTHS:
-        outputs = {}
+        outputs: dict[bool, torch.Tensor] = {}
 
         def run(use_cache: bool, new: int = new, outputs: dict = outputs) -> None:
             outputs[use_cache] = gpt.generate(prompt, new, temperature=0.0, use_cache=use_cache)
