@@ -3,7 +3,7 @@
 Selfcheck grades the solution and many variants of it in one pytest session (a public name
 stubbed, a hand-written mutant). A variant differs from the solution in a few functions only,
 so a test whose ranks never ran one of those functions under the solution behaves under the
-variant exactly as under the solution, and need not run again (grader/coverage_plan.py decides
+variant exactly as under the solution, and need not run again (the grading plugin decides
 that). This module measures what that decision rests on:
 
 - rank side: `start(prefix)` records, with `sys.settrace` ('call' events only, so no per-line
