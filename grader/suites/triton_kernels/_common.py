@@ -41,7 +41,7 @@ class Case:
     expected: Any  # a tensor, or a tuple of tensors for flash_attention
     kwargs: dict[str, Any] = field(default_factory=dict)
     # "contiguous" | "transposed" (2-D) | "bshd" (attention) | "padded" (floating inputs are
-    # views of rows one element longer, the extra element NaN)
+    # views into buffers one larger in every dim, the elements outside the view NaN)
     layout: str = "contiguous"
     hint: str = ""
     tol: tuple[Tolerance, ...] | None = None  # per output; None: float32's default

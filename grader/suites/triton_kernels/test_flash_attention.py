@@ -69,6 +69,9 @@ def build_cases() -> dict[str, Case]:
                   "row's scores"),
         case("dim256", (1, 2, 3, 256), " (dim 256, the largest)",
              hint="dims up to 256 are accepted; only larger ones raise ValueError"),
+        case("padded", (1, 2, 37, 24), " on slices of NaN-padded tensors", layout="padded",
+             hint="read only rows < seq and columns < dim of q, k and v: mask both, and "
+                  "address the inputs with their strides"),
     ])
 
 
@@ -86,6 +89,6 @@ test_head_dim_not_power_of_two = FLASH.test(2, "dim24")
 test_seq_q_differs_from_seq_k = FLASH.test(2, "cross")
 test_large_scores_stable = FLASH.test(2, "large", "rows_apart")
 test_explicit_scale = FLASH.test(1, "scale")
-test_non_contiguous_layout = FLASH.test(2, "bshd")
+test_non_contiguous_layout = FLASH.test(2, "bshd", "padded")
 test_batch_and_heads = FLASH.test(1, "batched")
 test_head_dim_256 = FLASH.test(1, "dim256")

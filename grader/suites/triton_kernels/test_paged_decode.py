@@ -54,7 +54,7 @@ def build_cases() -> dict[str, Case]:
              hint="a single query of dim 1 still needs its kernel launch"),
         case("padded", [5, 9], 4, " (dim 24; q and caches are slices of NaN-padded tensors)",
              dim=24, layout="padded",
-             hint="read only the first dim elements of each row of q and the caches: mask the "
+             hint="read only the elements of q and the caches inside their shapes: mask the "
                   "head dim, and address the inputs with their strides"),
     ])
 
