@@ -63,7 +63,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
         y: new [rows, dim] tensor of x's dtype.
 
     Raises:
-        ValueError: x is not 2-D, or weight is not [dim].
+        ValueError: x is not 2-D (or rows wider than 16384), or weight is not [dim].
 
     One program per row reads x once and writes y once (README §3).
     """
@@ -76,8 +76,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
 
     Args:
         q: [batch, heads, seq_q, dim]; k, v: [batch, heads, seq_k, dim] (same dtype). `dim`
-            is at most 256 and need not be a power of two; seq_q and seq_k are >= 1 and need
-            not be multiples of your block sizes.
+            is from 1 to 256 and need not be a power of two; seq_q and seq_k are >= 1 and
+            need not be multiples of your block sizes.
         causal: query i attends to keys j <= i only (needs seq_q == seq_k), as
             `torch.nn.functional.scaled_dot_product_attention(..., is_causal=True)`.
         scale: multiplies the scores; None means 1 / sqrt(dim).
@@ -88,7 +88,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         lse[b, h, i] = log(sum_j exp(scale * q[b, h, i] . k[b, h, j])).
 
     Raises:
-        ValueError: shapes that do not match as above, or causal with seq_q != seq_k.
+        ValueError: shapes that do not match as above (a `dim` outside 1..256 included), or
+            causal with seq_q != seq_k.
 
     Never materialises the seq_q x seq_k score matrix in memory: each program keeps one block
     of queries and walks over blocks of keys (README §4). Use `tl.dot(...,

@@ -40,7 +40,9 @@ class Case:
     args: tuple[Any, ...]
     expected: Any  # a tensor, or a tuple of tensors for flash_attention
     kwargs: dict[str, Any] = field(default_factory=dict)
-    layout: str = "contiguous"  # "contiguous" | "transposed" (2-D) | "bshd" (attention)
+    # "contiguous" | "transposed" (2-D) | "bshd" (attention) | "padded" (floating inputs are
+    # views into buffers one larger in every dim, the elements outside the view NaN)
+    layout: str = "contiguous"
     hint: str = ""
     tol: tuple[Tolerance, ...] | None = None  # per output; None: float32's default
 

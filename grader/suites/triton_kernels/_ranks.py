@@ -25,6 +25,11 @@ def relayout(tensor: Any, layout: str) -> Any:
         return tensor.t().contiguous().t()
     if layout == "bshd" and tensor.dim() == 4:  # [batch, seq, heads, dim] storage
         return tensor.transpose(1, 2).contiguous().transpose(1, 2)
+    if layout == "padded" and tensor.is_floating_point():  # a view into a NaN-filled buffer
+        corner = tuple(slice(0, n) for n in tensor.shape)  # one larger in every dim
+        wider = torch.full([n + 1 for n in tensor.shape], float("nan"), dtype=tensor.dtype)
+        wider[corner] = tensor
+        return wider[corner]
     return tensor
 
 

@@ -1,4 +1,4 @@
-"""paged_attention_decode (hidden, 14 points): lengths 1 and at block boundaries, shuffled blocks.
+"""paged_attention_decode (hidden, 13 points): lengths 1 and at block boundaries, shuffled blocks.
 
 Physical blocks are shuffled and the slots a sequence does not own hold large values, so
 reading past a context length, through the wrong table row, or through the -1 padding changes
@@ -30,14 +30,14 @@ def build_cases() -> dict[str, Case]:
     def case(key: str, lengths: list[int], block_size: int, what: str = "",
              hint: str = LENGTH_HINT, scale: float | None = None,
              table_dtype: torch.dtype = torch.int32, heads: int = 2,
-             dim: int = 16) -> tuple[str, Case]:
+             dim: int = 16, layout: str = "contiguous") -> tuple[str, Case]:
         inputs = paged_inputs(gen, lengths, block_size=block_size, heads=heads, dim=dim,
                               table_dtype=table_dtype)
         kwargs = {} if scale is None else {"scale": scale}
         name = f"paged_attention_decode(lengths {lengths}, block_size {block_size}){what}"
         return key, Case(name, "paged_attention_decode", inputs,
                          paged_ref(*inputs, scale=scale), kwargs=kwargs, hint=hint,
-                         tol=paged_tolerances(*inputs, scale=scale))
+                         tol=paged_tolerances(*inputs, scale=scale), layout=layout)
 
     return dict([
         case("len1", [1, 1, 1], 8, " (one token each)"),
@@ -50,6 +50,12 @@ def build_cases() -> dict[str, Case]:
         case("scale_int64", [12, 21], 4, " with scale=0.5 and int64 tables", scale=0.5,
              table_dtype=torch.int64, dim=24,
              hint="use the given scale; accept int64 block tables and context lengths"),
+        case("one", [1], 1, " (heads 1, dim 1)", heads=1, dim=1,
+             hint="a single query of dim 1 still needs its kernel launch"),
+        case("padded", [5, 9], 4, " (dim 24; q and caches are slices of NaN-padded tensors)",
+             dim=24, layout="padded",
+             hint="read only the elements of q and the caches inside their shapes: mask the "
+                  "head dim, and address the inputs with their strides"),
     ])
 
 
@@ -57,9 +63,10 @@ PAGED_DECODE = CaseTests("paged_attention_decode", build_cases())
 results = PAGED_DECODE.results
 
 
-test_length_one = PAGED_DECODE.test(2, "len1")
-test_lengths_at_block_boundaries = PAGED_DECODE.test(3, "boundary")
+test_length_one = PAGED_DECODE.test(2, "len1", "one")
+test_lengths_at_block_boundaries = PAGED_DECODE.test(2, "boundary")
 test_lengths_next_to_boundaries = PAGED_DECODE.test(2, "past_boundary")
-test_several_sequences_shuffled_blocks = PAGED_DECODE.test(3, "mixed")
+test_several_sequences_shuffled_blocks = PAGED_DECODE.test(2, "mixed")
 test_block_size_not_power_of_two = PAGED_DECODE.test(2, "odd_block")
 test_scale_and_int64_tables = PAGED_DECODE.test(2, "scale_int64")
+test_non_contiguous_inputs = PAGED_DECODE.test(1, "padded")

@@ -1,4 +1,4 @@
-"""rms_norm (hidden, 10 points): widths that are not powers of two, eps, layouts, scale.
+"""rms_norm (hidden, 9 points): widths that are not powers of two, eps, layouts, scale.
 
 Every case runs in one launch (Triton's interpreter, CPU, float32) and is compared with a
 float64 torch reference within the float32 tolerance of grader.compare.
@@ -39,6 +39,8 @@ def build_cases() -> dict[str, Case]:
              " with values of magnitude ~1e3"),
         case("d1", torch.randn(5, 1, generator=gen), torch.randn(1, generator=gen),
              " (width 1)"),
+        case("1x1", torch.randn(1, 1, generator=gen), torch.randn(1, generator=gen),
+             " (one element)", hint="a one-element x is a row like any other"),
     ])
 
 
@@ -47,8 +49,8 @@ results = RMS_NORM.results
 
 
 test_width_90 = RMS_NORM.test(2, "d90")
-test_width_781 = RMS_NORM.test(2, "d781")
+test_width_781 = RMS_NORM.test(1, "d781")
 test_eps_and_zero_row = RMS_NORM.test(2, "eps")
 test_non_contiguous_input = RMS_NORM.test(2, "transposed")
 test_large_values = RMS_NORM.test(1, "large")
-test_width_one = RMS_NORM.test(1, "d1")
+test_width_one = RMS_NORM.test(1, "d1", "1x1")
