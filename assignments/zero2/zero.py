@@ -64,7 +64,8 @@ class Zero2Optimizer:
                 float64, or cpu and meta, in one param group), with a message naming them.
 
         Every rank of `group` builds it over the same parameters (same shapes, same order),
-        each replica initialised identically. A world of one works.
+        each replica initialised identically. A world of one works, also with no process
+        group initialised at all: then N = 1, r = 0, and nothing communicates.
         """
         raise NotImplementedError("Zero2Optimizer.__init__: see README §3")
 
