@@ -121,7 +121,9 @@ class Zero2Optimizer:
         """Forget every gradient: the parameters' `.grad` and the gradient shard.
 
         With `set_to_none=True` (the default) a following `step()` without a new backward
-        changes nothing, as in torch.
+        changes nothing, as in torch. With `set_to_none=False` the gradients become zeros
+        instead, and a following backward and `step()` use that backward's gradients, as in
+        torch.
         """
         raise NotImplementedError("Zero2Optimizer.zero_grad: see README §5")
 
