@@ -236,7 +236,7 @@ def vocab_parallel_cross_entropy(logits_shard: torch.Tensor, target: torch.Tenso
         `F.cross_entropy(full_logits.flatten(0, -2), target.flatten(), reduction="none")`
         reshaped to target's shape, on every rank, and stable for large logits (|z| ~ 1e4).
         Differentiable: the gradient reaching `logits_shard` is vocabulary slice r of the
-        dense one.
+        dense one, on every backward (a graph kept with retain_graph=True gives it again).
 
     Communication: never gathers the logits. Every call, forward or backward, is a
     `dist.all_reduce` of per-token values, at most 3 values per token in one call (e.g. the

@@ -64,7 +64,8 @@ class Zero2Optimizer:
                 float64, or cpu and meta, in one param group), with a message naming them.
 
         Every rank of `group` builds it over the same parameters (same shapes, same order),
-        each replica initialised identically. A world of one works.
+        each replica initialised identically. A world of one works, also with no process
+        group initialised at all: then N = 1, r = 0, and nothing communicates.
         """
         raise NotImplementedError("Zero2Optimizer.__init__: see README §3")
 
@@ -120,7 +121,9 @@ class Zero2Optimizer:
         """Forget every gradient: the parameters' `.grad` and the gradient shard.
 
         With `set_to_none=True` (the default) a following `step()` without a new backward
-        changes nothing, as in torch.
+        changes nothing, as in torch. With `set_to_none=False` the gradients become zeros
+        instead, and a following backward and `step()` use that backward's gradients, as in
+        torch.
         """
         raise NotImplementedError("Zero2Optimizer.zero_grad: see README §5")
 

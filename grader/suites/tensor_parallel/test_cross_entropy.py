@@ -3,8 +3,10 @@
 Targets sit in every shard, on both edges of every shard boundary. A second case has logits of
 size ~1e4 (exp overflows float64 above ~709) with the largest logit of a token on one shard only,
 so a max taken per shard instead of over the whole vocabulary shows. Gradients come from
-sum(loss * w) with random per-token weights w. Communication is read from the harness log: only
-all-reduces of per-token values (at most 3 per token per call), never the logits.
+sum(loss * w) with random per-token weights w, backpropagated twice through the same graph
+(retain_graph=True): the second pass must add the same gradient again. Communication is read
+from the harness log: only all-reduces of per-token values (at most 3 per token per call), never
+the logits.
 """
 
 from __future__ import annotations
@@ -70,9 +72,13 @@ def rank_cross_entropy(ctx, cases) -> dict:
         ctx.mark(f"{name} forward")
         loss = tp.vocab_parallel_cross_entropy(logits, data["target"])
         ctx.mark(f"{name} backward")
+        (loss * data["weight"]).sum().backward(retain_graph=True)
+        grad = logits.grad.clone()
+        # Backward again through the kept graph: the gradients add up, as for any torch op.
         (loss * data["weight"]).sum().backward()
         ctx.mark(f"{name} end")
-        return {"loss": loss.detach(), "grad": logits.grad, "logits_after": logits.detach()}
+        return {"loss": loss.detach(), "grad": grad, "grad_twice": logits.grad,
+                "logits_after": logits.detach()}
 
     return run_cases(ctx, [(name, lambda n=name: run(n, cases[n])) for name in cases])
 
@@ -122,6 +128,11 @@ def test_gradient_is_the_dense_slice(runs):
             check(value["grad"], shard(data["grad"], r, p),
                   f"{where(r, p)} gradient of the logits shard ({name.replace('ce', 'case')})",
                   hint="d loss / d logit = softmax - one_hot(target), times the loss gradient")
+            check(value["grad_twice"], 2 * shard(data["grad"], r, p),
+                  f"{where(r, p)} gradient of the logits shard after a second backward through "
+                  f"the same graph (retain_graph=True; {name.replace('ce', 'case')})",
+                  hint="backward must leave what it saved unchanged (clone before an in-place "
+                       "edit), so that every backward gives the same gradient")
 
 
 @pytest.mark.exercises("vocab_parallel_cross_entropy")

@@ -4,7 +4,8 @@ The parent builds each dense layer from a seed, runs it forward and backward wit
 and sends its weights to 1, 2 and 4 ranks. Each rank shards the layer with `from_dense`, runs the
 same input and upstream gradient, and returns its output, the input gradient and the parameter
 gradients, which must equal the matching slices of the dense ones. Every combination of bias
-on/off with gather_output (column) or input_is_parallel (row) is covered.
+on/off with gather_output (column) or input_is_parallel (row) is covered. The shards must be
+copies: bytes held, and values unchanged when the dense layer is overwritten after from_dense.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
+import torch
 
 from grader.suites.tensor_parallel._common import (
     BACKEND,
@@ -62,6 +64,19 @@ def rank_layers(ctx, column_cases, row_cases, inputs) -> dict:
                   "bias": None if layer.bias is None else layer.bias.detach().clone()}
         return {"params": params, "bytes": storage_bytes(layer)}
 
+    def copies(make_from, state):
+        # Overwrite the dense layer after from_dense: a copy keeps its values, a view follows.
+        linear = build_linear(state)
+        layer = make_from(linear)
+        before = {name: t.detach().clone() for name, t in (("weight", layer.weight),
+                                                             ("bias", layer.bias))
+                  if t is not None}
+        with torch.no_grad():
+            for t in linear.parameters():
+                t.fill_(1e3)
+        return [name for name, t in before.items()
+                if not torch.equal(getattr(layer, name).detach(), t)]
+
     def run(name, make, x, grad_y):
         # When the "built" part failed, building again raises the same error here (a stub's
         # NotImplementedError included), so this part is graded like that one.
@@ -75,6 +90,9 @@ def rank_layers(ctx, column_cases, row_cases, inputs) -> dict:
             build_linear(d["state"]), gather_output=c["gather_output"]))
         parts.append((f"{name} built", lambda n=name, m=make: build(n, m())))
         parts.append((name, lambda n=name, m=make, d=data, g=grad_y: run(n, m, d["x"], g)))
+        parts.append((f"{name} copies", lambda c=case, d=data: copies(
+            lambda linear: tp.ColumnParallelLinear.from_dense(
+                linear, gather_output=c["gather_output"]), d["state"])))
     for case in row_cases:
         name, data = _name("row", case), inputs[_name("row", case)]
         x = shard(data["x"], r, p) if case["input_is_parallel"] else data["x"]
@@ -82,6 +100,9 @@ def rank_layers(ctx, column_cases, row_cases, inputs) -> dict:
             build_linear(d["state"]), input_is_parallel=c["input_is_parallel"]))
         parts.append((f"{name} built", lambda n=name, m=make: build(n, m())))
         parts.append((name, lambda n=name, m=make, d=data, x=x: run(n, m, x, d["grad_y"])))
+        parts.append((f"{name} copies", lambda c=case, d=data: copies(
+            lambda linear: tp.RowParallelLinear.from_dense(
+                linear, input_is_parallel=c["input_is_parallel"]), d["state"])))
     return run_cases(ctx, parts)
 
 
@@ -93,7 +114,8 @@ def runs(launch):
 
 def _each(runs, kind, select, stage=""):
     """(rank, world, case name, rank value, dense inputs+results) of the selected cases;
-    stage "built" reads the parameters right after from_dense, "" the forward/backward run."""
+    stage "built" reads the parameters right after from_dense, "copies" the names of those that
+    followed a later write to the dense layer, "" the forward/backward run."""
     cases = COLUMN_CASES if kind == "column" else ROW_CASES
     for case in filter(select, cases):
         name = _name(kind, case)
@@ -220,3 +242,8 @@ def test_sharded_layers_hold_one_slice_of_the_weights(runs):
                 f"{where(r, p)} {name}.from_dense holds {value['bytes']} bytes of tensors; "
                 f"its shard needs {expected}. Copy the slice (.clone()): a slice of the dense "
                 f"weight is a view that keeps the whole dense storage alive")
+        for r, p, name, changed, _ in _each(runs, kind, lambda c: True, "copies"):
+            assert not changed, (
+                f"{where(r, p)} {name}.from_dense: its {' and '.join(changed)} changed when the "
+                f"dense layer was overwritten afterwards. Copy the slice (.clone()): the shard "
+                f"must not be a view of the dense layer's storage")

@@ -33,7 +33,7 @@ def _assert_trained(run) -> None:
     assert_history(run.values, run.ref, run.world_size, hint=TRAINING_HINT, spec=run.spec)
 
 
-@pytest.mark.points(5)
+@pytest.mark.points(4)
 def test_resume_equals_uninterrupted(run):
     _assert_trained(run)
     assert_history(run.values, run.ref, run.world_size, key="resumed",
@@ -68,7 +68,7 @@ def _assert_same_state(got, expected: dict, what: str) -> None:
                 f"expected {value!r}")
 
 
-@pytest.mark.points(5)
+@pytest.mark.points(4)
 def test_consolidated_state_dict(run):
     _assert_trained(run)
     expected = run.ref.states[run.spec["checkpoint_after"]]

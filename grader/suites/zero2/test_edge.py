@@ -4,6 +4,9 @@
   must raise ValueError with a message.
 - On 4 ranks split into the groups {0, 1} and {2, 3}, each group trains its own model on its own
   data: shard index and N come from the group, and each group equals its own single-process run.
+- A world of one with no process group at all (the rank destroys the default one first): the
+  optimizer is then a plain optimizer over one shard, and clipped training equals the
+  single-process run.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from torch import nn
 from grader.suites.zero2._checks import assert_history, where
 from grader.suites.zero2._common import (
     LAUNCH_TIMEOUT,
+    TWO_GROUPS,
     build_model,
     make_data,
     make_optimizer,
@@ -86,7 +90,7 @@ def rank_subgroups(ctx, spec, x, y):
     return out
 
 
-@pytest.mark.points(5)
+@pytest.mark.points(4)
 def test_process_subgroups(launch):
     x, y = make_data(SPEC, WORLD)
     values = launch(rank_subgroups, world_size=WORLD, args=(SPEC,),
@@ -103,3 +107,38 @@ def test_process_subgroups(launch):
         ref = reference_run(SPEC, x[:, rows], y[:, rows])
         assert_history([values[r] for r in ranks], ref, 2,
                        hint=f"group {ranks} must average over its own ranks only")
+
+
+ALONE = {"arch": "tiny", "dtype": "float64", "frozen": ["fc2.weight", "fc2.bias"], "steps": 3,
+         "batch": 4, "clip": 0.05, "groups": TWO_GROUPS, "seed": 53, "optimizer": "adamw",
+         "defaults": {"lr": 1e-2}}
+
+
+def rank_without_process_group(ctx, spec, x, y):
+    import torch.distributed as dist
+
+    dist.destroy_process_group()  # the stub's "a world of one works": also with no group at all
+    model = build_model(spec)
+    opt = make_optimizer(ctx, spec, model)
+    out = train(ctx, spec, model, opt, x, y, range(spec["steps"]))
+    out["shard_bounds"] = [int(b) for b in opt.shard_bounds]
+    return out
+
+
+@pytest.mark.points(1)
+def test_world_of_one_without_a_process_group(launch):
+    x, y = make_data(ALONE, 1)
+    value = launch(rank_without_process_group, world_size=1, args=(ALONE,),
+                   rank_args=rank_slices(x, y, 1), timeout=LAUNCH_TIMEOUT).values[0]
+    ref = reference_run(ALONE, x, y)
+    what = "[world of one, no process group initialised]"
+    size = shard_numel(ALONE, 1)
+    assert value["shard_bounds"] == [0, size], (
+        f"{what} shard_bounds {value['shard_bounds']}, expected [0, {size}]: N = 1 and r = 0 "
+        f"when no process group is initialised")
+    for step, (got, expected) in enumerate(zip(value["norms"], ref.norms)):
+        assert abs(got - expected) <= 1e-8 * expected, (
+            f"{what} clip_grad_norm_ at step {step + 1} returned {got:.6g}, the single-process "
+            f"norm is {expected:.6g}")
+    assert_history([value], ref, 1, hint=f"{what}: the one shard is every parameter; nothing "
+                                          f"to communicate", spec=ALONE)

@@ -25,19 +25,19 @@ def runs(launch, impl):
     return lambda name: shared_run(launch, impl, name)
 
 
-@pytest.mark.points(7)
+@pytest.mark.points(6)
 def test_adamw_two_groups_three_ranks(runs):
     run = runs("adamw-3")
     assert_history(run.values, run.ref, run.world_size, hint=TRAINING_HINT, spec=run.spec)
 
 
-@pytest.mark.points(6)
+@pytest.mark.points(5)
 def test_sgd_momentum_four_ranks(runs):
     run = runs("sgd-4")
     assert_history(run.values, run.ref, run.world_size, hint=TRAINING_HINT, spec=run.spec)
 
 
-@pytest.mark.points(3)
+@pytest.mark.points(2)
 def test_adamw_two_groups_two_ranks(runs):
     run = runs("adamw-2-checkpoint")
     assert_history(run.values, run.ref, run.world_size, hint=TRAINING_HINT, spec=run.spec)

@@ -89,11 +89,10 @@ class Zero2Optimizer:
         return bool(flag.item() > 0)
 
     def _sync_gradients(self) -> bool:
-        """Reduce-scatter the averaged gradient into this rank's shard, once per backward."""
-        if self._grad_shard is not None:
-            return True
+        """Reduce-scatter the averaged gradient into this rank's shard, adding it to what the
+        shard holds (zeros after zero_grad(set_to_none=False))."""
         if not self._anyone(any(p.grad is not None for p in self._params)):
-            return False
+            return self._grad_shard is not None
         flat = torch.zeros(self._world * self._shard, dtype=self._dtype, device=self._device)
         for p, off in zip(self._params, self._offsets):
             if p.grad is not None:
@@ -104,7 +103,8 @@ class Zero2Optimizer:
         else:
             mine = torch.empty(self._shard, dtype=self._dtype, device=self._device)
             dist.reduce_scatter_tensor(mine, flat, group=self._group)
-        self._grad_shard = mine.to(self._master_dtype) / self._world
+        shard = mine.to(self._master_dtype) / self._world
+        self._grad_shard = shard if self._grad_shard is None else self._grad_shard + shard
         return True
 
     # -- training -------------------------------------------------------------------------------
