@@ -30,10 +30,10 @@ import torch
 
 from harness import calltrace, cgroups, failures, forkserver, payload, procfs, proctree
 from harness.commlog import CommRecord, Forbid
-from harness.errors import ForbiddenCallError, PayloadError, SurvivorError
+from harness.errors import ForbiddenCallError, PayloadError, RankFailure, SurvivorError
 from harness.forkserver import configure, mp_context, preload
 from harness.impl import ImplSpec, resolve_impl
-from harness.rankmain import RankJob, rank_entry
+from harness.rankmain import RENDEZVOUS_ERROR, RankJob, rank_entry
 from harness.sidecar import (
     SidecarSet,
     WireRecord,
@@ -124,7 +124,35 @@ def launch(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] =
     carried and logged by a sidecar process outside the rank (harness/sidecar.py); the launch
     then also raises ForbiddenCallError for a forbidden operation on the wire and
     WireMismatchError when a rank's log disagrees with what was carried.
+
+    A launch whose ranks could not join their process group (gloo's connection set-up failing,
+    as it rarely does on a loaded machine, before `fn` ran on any rank: `RENDEZVOUS_ERROR`) is
+    made once more with fresh processes; the code under test never ran, so nothing is judged.
     """
+    for attempt in range(RENDEZVOUS_ATTEMPTS):
+        try:
+            return _launch_once(fn, world_size, args=args, kwargs=kwargs, rank_args=rank_args,
+                                impl=impl, backend=backend, timeout=timeout, forbid=forbid,
+                                seed=seed, env=env, max_result_bytes=max_result_bytes,
+                                transport=transport)
+        except RankFailure as exc:
+            if exc.exc_type != RENDEZVOUS_ERROR or attempt == RENDEZVOUS_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+RENDEZVOUS_ATTEMPTS = 2
+
+
+def _launch_once(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] = (),
+                 kwargs: dict[str, Any] | None = None,
+                 rank_args: Sequence[Sequence[Any]] | None = None,
+                 impl: str | ImplSpec = "assignments", backend: str = "auto",
+                 timeout: float = 30.0, forbid: Forbid | None = None, seed: int = 0,
+                 env: dict[str, str] | None = None,
+                 max_result_bytes: int = payload.DEFAULT_MAX_BYTES,
+                 transport: str = "in-rank") -> LaunchResult:
+    """One attempt of `launch` (same arguments)."""
     if transport not in ("in-rank", "sidecar"):
         raise ValueError(f"transport must be 'in-rank' or 'sidecar', not {transport!r}")
     if not isinstance(world_size, int) or world_size < 1:

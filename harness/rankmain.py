@@ -134,6 +134,12 @@ def _seed_everything(seed: int) -> None:
         pass
 
 
+class RendezvousError(RuntimeError):
+    """The rank could not join its process group; the rank function never ran."""
+
+
+RENDEZVOUS_ERROR = RendezvousError.__name__  # the `exc_type` the parent retries on
+
 _CLONE_NEWUSER, _CLONE_NEWNET = 0x10000000, 0x40000000
 
 
@@ -163,8 +169,12 @@ def _run(job: RankJob) -> tuple[Any, CommLog]:
         sidecar.connect_rank(sidecar.socket_path(job.workdir, job.rank), job.sidecar_token)
         _leave_the_network()
         backend = sidecar.BACKEND
-    dist.init_process_group(backend, store=store, rank=job.rank, world_size=job.world_size,
-                            timeout=timedelta(seconds=job.pg_timeout_s))
+    try:
+        dist.init_process_group(backend, store=store, rank=job.rank,
+                                world_size=job.world_size,
+                                timeout=timedelta(seconds=job.pg_timeout_s))
+    except Exception as exc:  # the parent makes the launch again (see launch)
+        raise RendezvousError(f"joining the process group failed: {exc}") from exc
     log = CommLog(job.forbid)
     log.install()
     ctx = RankContext(rank=job.rank, world_size=job.world_size, local_rank=job.rank,
