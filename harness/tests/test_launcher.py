@@ -243,3 +243,32 @@ def test_the_stall_watch_wants_a_whole_idle_window():
     while time.monotonic() < deadline:
         assert not watch.stalled([own])
     assert not StallWatch(after=0.0, every=0.0).stalled([])  # nothing left to watch
+
+
+def test_a_failed_rendezvous_is_made_once_more_and_nothing_else_is(monkeypatch):
+    """`launch` retries only RendezvousError (the rank function never ran), and only once."""
+    from harness import launcher
+    from harness.rankmain import RENDEZVOUS_ERROR
+
+    def failure(kind: str) -> RankFailure:
+        return RankFailure(f"rank 0 of 2 raised {kind}", rank=0, exc_type=kind, message="x",
+                           traceback="", output_tail="")
+
+    for kinds, expect_calls, expect_ok in (([RENDEZVOUS_ERROR], 2, True),
+                                           ([RENDEZVOUS_ERROR, RENDEZVOUS_ERROR], 2, False),
+                                           (["ValueError"], 1, False)):
+        calls = []
+
+        def once(*args, kinds=kinds, calls=calls, **kwargs):
+            calls.append(1)
+            if len(calls) <= len(kinds):
+                raise failure(kinds[len(calls) - 1])
+            return "launched"
+
+        monkeypatch.setattr(launcher, "_launch_once", once)
+        if expect_ok:
+            assert launcher.launch(rankfns.describe, world_size=2) == "launched"
+        else:
+            with pytest.raises(RankFailure):
+                launcher.launch(rankfns.describe, world_size=2)
+        assert len(calls) == expect_calls, kinds
