@@ -125,7 +125,7 @@ def run_way(todo: list, together: bool, jobs: int, echo: Callable[[str], None]) 
     cpu = children_cpu_s()
     start = time.perf_counter()
     run_all(sessions, on_batch, jobs=jobs, timeout=900.0, root=REPO_ROOT, suites=None,
-            merge_margins=False)  # as selfcheck does (see there)
+            merge_margins=together)  # as selfcheck does
     result.wall_s = time.perf_counter() - start
     reap_orphans()
     result.cpu_s = children_cpu_s() - cpu

@@ -12,17 +12,19 @@ Per assignment, these checks (docs/design.md, principle 5):
 - mutants: every `solutions/<id>/mutants/<name>.py` fails at least one test (run with `-x`;
   the test that caught it is printed);
 - margins: the solution also passes with every seed shifted and with 2 torch threads per rank
-  (`MARGIN_RUNS`), and over all those runs no comparison uses more than half its tolerance
-  (observed error / tolerance ≤ `grader.compare.MAX_MARGIN`); the worst margin is printed;
+  (`MARGIN_RUNS`; the third draw only for tests whose graded margin reached `REDRAW_FLOOR`),
+  and over all those runs no comparison uses more than half its tolerance (observed error /
+  tolerance ≤ `grader.compare.MAX_MARGIN`); the worst margin is printed;
 - worksheet: the nbgrader worksheet's source scores full marks, its committed student version
   is up to date, scores zero and holds no solution or hidden test
   (`grader/instructor/worksheets.py`).
 
 Per assignment, one pytest session grades the solution, the stub and every mutant (the plugin
 parametrizes each test over the implementations, and stops each mutant at its first failure);
-the margin runs of all assignments share one session per variation (seed shift, threads), once
-their solution runs are done. Sessions are independent subprocesses; a small thread pool runs
-them side by side. `--session-per-impl` runs one session per implementation instead.
+the margin runs of the assignments whose solution runs are done share sessions, one per free
+worker and variation (seed shift, threads). Sessions are independent subprocesses; a small
+thread pool runs them side by side. `--session-per-impl` runs one session per implementation
+instead.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from grader.instructor.partial import (
 )
 from grader.instructor.sessions import (
     MARGIN_RUNS,
+    REDRAW_FLOOR,
     Batch,
     Job,
     batches,
@@ -146,11 +149,8 @@ def _run_sessions(course: Course, ids: list[str], root: Path, suites: Path | Non
                            root)
             echo(f"[{done:>{len(str(len(todo)))}}/{len(todo)}] {line}")
 
-    # Margin runs stay one session per assignment: merged over several assignments, the
-    # triton_kernels margin runs failed ("Cannot call @triton.jit'd outside of the scope of a
-    # kernel") — module state shared through one session's forkserver, not yet understood.
     run_all(sessions, record, jobs=jobs, timeout=timeout, root=root, suites=suites,
-            merge_margins=False)
+            merge_margins=together)
     wait_worksheets()
     for aid, found in runs.items():
         report = found.margins
@@ -163,7 +163,8 @@ def _run_sessions(course: Course, ids: list[str], root: Path, suites: Path | Non
     from grader.compare import MAX_MARGIN  # torch: imported once the sessions are done
 
     echo("\nTolerance margins (observed error / tolerance, the solution over "
-         f"{1 + len(MARGIN_RUNS)} runs; at most {MAX_MARGIN}):")
+         f"up to {1 + len(MARGIN_RUNS)} runs, a third only at {REDRAW_FLOOR} or more; at most "
+         f"{MAX_MARGIN}):")
     for aid, found in runs.items():
         echo(f"  {aid}: {found.margins.summary()}")
     unstated = {aid: checks["feedback"].notes for aid, checks in verdicts.items()

@@ -321,6 +321,24 @@ def test_margin_runs_rerun_only_the_tests_that_compared_with_a_tolerance(tmp_pat
     assert narrow_to_margins(batch, None) is batch
 
 
+def test_later_margin_runs_redraw_only_the_tests_near_the_limit(tmp_path):
+    """The first margin run reruns every toleranced test; a later one only those whose graded
+    margin reached REDRAW_FLOOR (a margin moves little between draws)."""
+    from grader.instructor.sessions import REDRAW_FLOOR, Batch, narrow_to_margins
+
+    root = make_course(tmp_path)
+    course = load_manifest(root / "assignments" / "course.toml")
+    first, later = [j for j in plan(course, [], root, root / "suites") if j.kind == "margin"][:2]
+    assert first.variation == MARGIN_RUNS[0] and later.variation == MARGIN_RUNS[1]
+    tests = solution_tests()
+    low = session([with_margin(tests[0], REDRAW_FLOOR / 2), *tests[1:]]).result
+    high = session([with_margin(tests[0], REDRAW_FLOOR), *tests[1:]]).result
+    assert narrow_to_margins(Batch((first,)), low) is not None
+    assert narrow_to_margins(Batch((later,)), low) is None
+    narrowed = narrow_to_margins(Batch((later,)), high)
+    assert narrowed is not None and narrowed.jobs[0].paths == ("suites/toy/test_x.py::test_add",)
+
+
 def test_margin_runs_of_several_assignments_share_one_session_per_variation(tmp_path,
                                                                           monkeypatch):
     """Each assignment's margin runs wait for its solution's run; once nothing else is left to
@@ -404,3 +422,20 @@ def test_a_session_over_several_assignments_is_judged_per_assignment():
     assert merged.for_assignment("b").result.collection_errors == tuple(errors)
     assert only_a.wall_s == merged.wall_s and only_a.results == (only_a.result,)
     assert session(None, problem="no results").for_assignment("a").problem == "no results"
+
+
+def test_merged_margin_runs_are_balanced_over_the_free_workers():
+    """Margin runs ready together fill every free worker, the costliest first, each to the
+    cheapest group so far; an assignment in SOLO_MARGINS keeps a session of its own."""
+    from grader.instructor.sessions import SOLO_MARGINS, Job, balanced
+    from harness.impl import resolve_impl
+
+    solutions = resolve_impl("solutions")
+    todo = [Job(aid, "margin", solutions, (f"suites/{aid}/",), MARGIN_RUNS[0])
+            for aid in ("a", "b", "c", "d")]
+    cost = {"a": 9.0, "b": 5.0, "c": 4.0, "d": 1.0}
+    groups = balanced(todo, 2, cost)
+    assert [[job.assignment for job in group] for group in groups] == [["a", "d"], ["b", "c"]]
+    assert balanced(todo[:1], 3, cost) == [(todo[0],)]
+    assert len(balanced(todo, 1, cost)) == 1
+    assert "triton_kernels" in SOLO_MARGINS
