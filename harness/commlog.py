@@ -102,6 +102,18 @@ PROCESS_GROUP_METHODS = (
     "monitored_barrier", "send", "recv", "recv_anysource",
 )
 
+
+@functools.cache
+def _signature(fn: Callable) -> inspect.Signature:
+    """`inspect.signature(fn)`, computed once per function: worked out at import for every
+    wrapped operation, in the forkserver that preloads this module, so no rank pays for it."""
+    return inspect.signature(fn)
+
+
+for _name in OP_SPECS:
+    if getattr(c10d, _name, None) is not None:
+        _signature(getattr(c10d, _name))
+
 P2P_APIS = frozenset({"send", "recv", "isend", "irecv", "batch_isend_irecv"})
 COMMUNICATION_APIS = frozenset(OP_SPECS) | {f"ProcessGroup.{m}" for m in PROCESS_GROUP_METHODS}
 
@@ -249,7 +261,7 @@ class CommLog:
         return records
 
     def _wrap_function(self, name: str, spec: _OpSpec, original: Callable) -> Callable:
-        signature = inspect.signature(original)
+        signature = _signature(original)
 
         @functools.wraps(original)
         def logged(*args: Any, **kwargs: Any) -> Any:

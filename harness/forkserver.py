@@ -29,7 +29,13 @@ from typing import Any
 
 from harness import procfs
 
-PRELOAD = ["harness.rankmain", "cloudpickle", "numpy"]
+# What every rank would otherwise import for itself. numpy.random (its seeding: about 9 C
+# extension modules) and torch's serialization helpers (the job's arguments) cost tens of ms per
+# rank; torch's symbolic shapes (sympy, mpmath), imported on a rank's first `backward(grad)`,
+# cost about 0.4 s per rank, against once per forkserver here. Suites add their own (`preload`:
+# zero2 and gpt add torch._dynamo, which torch.optim imports on first use).
+PRELOAD = ["harness.rankmain", "cloudpickle", "numpy", "numpy.random", "torch.utils.serialization",
+           "torch.fx.experimental.symbolic_shapes"]
 BY_VALUE_PACKAGES: list[str] = []
 RANK_UIDS = 64  # ranks per launch that can each have a user of their own (Wrapper.rank_uid_base)
 RANK_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
@@ -113,9 +119,20 @@ def workdir_base() -> str | None:
 def rank_env() -> dict[str, str]:
     """The environment every rank (and the forkserver) starts with, on top of its own."""
     env = dict(RANK_ENV)
+    if "TRITON_INTERPRET" not in os.environ and not _has_cuda():
+        # Triton runs on the CPU only in its interpreter, and it fixes the mode of its own
+        # library's kernels when imported: a forkserver that preloads torch._dynamo imports
+        # Triton, which must then be in the mode every rank of this machine needs.
+        env["TRITON_INTERPRET"] = "1"
     if os.path.isdir("/sys/class/net/lo") and "GLOO_SOCKET_IFNAME" not in os.environ:
         env["GLOO_SOCKET_IFNAME"] = "lo"  # loopback only: fast, and works without a network
     return env
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def mp_context() -> Any:

@@ -123,9 +123,12 @@ def _load_rank_function(job: RankJob) -> Any:
     return pickle.loads(job.fn_bytes)  # made by the parent: the trusted direction
 
 
-def _seed_everything(seed: int) -> None:
+def _seed_everything(seed: int, *, cuda: bool) -> None:
     random.seed(seed)
-    torch.manual_seed(seed)
+    if cuda:
+        torch.manual_seed(seed)
+    else:  # torch.manual_seed also queues a CUDA seeding, recording a stack each time
+        torch.random.default_generator.manual_seed(seed)
     try:
         import numpy
 
@@ -156,7 +159,8 @@ def _leave_the_network() -> bool:
 def _run(job: RankJob) -> tuple[Any, CommLog]:
     os.environ.update(job.env)
     torch.set_num_threads(job.threads)
-    _seed_everything(job.seed + job.rank)
+    _seed_everything(job.seed + job.rank,
+                     cuda=job.backend == "nccl" or torch.cuda.is_available())
     device = torch.device("cpu")
     if job.backend == "nccl":
         torch.cuda.set_device(job.rank)

@@ -36,11 +36,12 @@ from harness.impl import ImplSpec, resolve_impl
 MARGIN_RUNS: tuple[tuple[int, int], ...] = ((1, 2), (2, 1))
 REDRAW_FLOOR = 0.1
 
-# Assignments whose margin runs keep a session of their own. triton_kernels' ranks need Triton
-# imported after TRITON_INTERPRET=1 (their launch's env) is set; zero2's suite preloads
-# torch._dynamo into the session's forkserver, which imports Triton there, before any rank, in
-# compiled mode, and a kernel then fails with "Cannot call @triton.jit'd outside of the scope
-# of a kernel" (reproduced: zero2's suites then triton_kernels' in one session).
+# Assignments whose margin runs keep a session of their own. triton_kernels' interpreter tests
+# need Triton imported in interpreter mode, which fixes the mode of Triton's own library kernels
+# at import; zero2's and gpt's suites preload torch._dynamo into their session's forkserver,
+# which imports Triton there. Without CUDA the harness makes that import interpret
+# (`harness.forkserver.rank_env`), but on a GPU machine it is compiled, and the interpreter's
+# kernels then fail with "Cannot call @triton.jit'd outside of the scope of a kernel".
 SOLO_MARGINS = frozenset({"triton_kernels"})
 
 

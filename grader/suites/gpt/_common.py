@@ -22,6 +22,11 @@ from grader.compare import Tolerance, assert_close, bound, tolerance
 from grader.seeds import seeded_generator
 from grader.suites.gpt._ranks import rank_probes
 from harness.cases import Memo, case_value
+from harness.launcher import preload
+
+# The training test's ranks build an AdamW, and torch.optim imports torch._dynamo on first use:
+# seconds per rank unless the forkserver has it.
+preload("torch._dynamo")
 
 F64 = torch.float64
 F32 = torch.float32
