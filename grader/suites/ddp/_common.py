@@ -63,7 +63,7 @@ FIND_UNUSED = dict(NET, extra=True, ghost=True, cap_mb=CAP_600, find_unused=True
 BF16 = dict(NET, dtype="float32", cap_mb=CAP_600, steps=1, rows=4)
 ACCUMULATE = dict(NET, norm=True, cap_mb=CAP_600, micro=3, rows=2, steps=3,
                   defaults={"lr": 0.05, "weight_decay": 0.5}, schedule=(0.05, 0.005, 1, 3))
-CHECKPOINT = dict(NET, dropout=0.25, cap_mb=CAP_600, steps=5, save_after=3,
+CHECKPOINT = dict(NET, dropout=0.25, cap_mb=CAP_600, steps=5, rows=2, save_after=3,
                   defaults={"lr": 0.02, "weight_decay": 0.1}, lrs=[0.02, 0.03, 0.02, 0.01, 0.01])
 GROUPS = {"arch": "tied", "sizes": (11, 4), "dtype": "float32", "frozen": ["mix.bias"]}
 GROUP_KWARGS = [{"lr": 0.01, "weight_decay": 0.05, "betas": (0.8, 0.9), "eps": 1e-6},
