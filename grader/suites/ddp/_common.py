@@ -45,13 +45,13 @@ NET = {"sizes": (6, 8, 3), "dtype": "float64"}
 # fc2.bias 64, [norm.weight 64, norm.bias 64], head.weight 192, head.bias 24.
 CAP_600 = 600 / MB
 
-# -- specs of each case -------------------------------------------------------------------------
+# -- specs of each case ------------------------------------------------------------------------
 SGD4 = dict(NET, frozen=["fc2.bias"], cap_mb=CAP_600, optimizer="sgd",
             defaults={"lr": 0.1, "momentum": 0.9}, steps=4, rows=3)
 NO_SYNC4 = dict(NET, cap_mb=CAP_600, steps=3, rows=2)  # the 3 "steps" are micro-batches
 LAYOUT_SPECS = [
     dict(NET, frozen=["fc2.bias"], cap_mb=0.0),             # every parameter alone
-    dict(NET, cap_mb=216 / MB),                             # head.bias + head.weight fill it exactly
+    dict(NET, cap_mb=216 / MB),  # head.bias + head.weight fill it exactly
     dict(NET, cap_mb=CAP_600),
     dict(NET, norm=True, dtype="float32", cap_mb=25.0),     # one bucket
     {"arch": "tied", "sizes": (11, 4), "dtype": "float32", "cap_mb": 100 / MB},  # shared weight
@@ -84,7 +84,7 @@ WORLD1 = dict(NET, norm=True, cap_mb=CAP_600, steps=1, rows=5)
 STEP_PLAIN = dict(NET, micro=2, rows=3, steps=2)
 
 
-# -- data -----------------------------------------------------------------------------------------
+# -- data --------------------------------------------------------------------------------------
 def _randn(gen: torch.Generator, *shape: int, dtype: torch.dtype) -> torch.Tensor:
     return torch.randn(*shape, generator=gen, dtype=torch.float64).to(dtype)
 
@@ -114,7 +114,7 @@ def init_seed(base: int, rank: int) -> int:
     return shifted(base) + 1009 * rank
 
 
-# -- references (plain torch, one process) ------------------------------------------------------
+# -- references (plain torch, one process) -----------------------------------------------------
 def state_of(model: nn.Module) -> dict[str, torch.Tensor]:
     out = {n: p.detach().clone() for n, p in model.named_parameters()}
     out.update({n: b.detach().clone() for n, b in model.named_buffers()})
@@ -201,7 +201,7 @@ def state_bytes(spec: dict) -> int:
                for t in list(model.parameters()) + list(model.buffers()))
 
 
-# -- tolerances -------------------------------------------------------------------------------------
+# -- tolerances --------------------------------------------------------------------------------
 DEPTH_PER_STEP = 64  # forward + backward of a width-8 MLP on <= 24 rows, and the rank average
 
 
@@ -218,7 +218,7 @@ def grad_tol(grads: dict[str, torch.Tensor]) -> Tolerance:
     return bound(torch.float64, depth=DEPTH_PER_STEP, magnitude=max(magnitude, 1e-3))
 
 
-# -- launches ---------------------------------------------------------------------------------------
+# -- launches ----------------------------------------------------------------------------------
 @dataclass
 class Launch:
     outcomes: list[dict]  # per rank: {case name: outcome}
@@ -312,7 +312,7 @@ def pure(launch: Callable[..., Any], impl: str) -> Launch:
     ], transport="in-rank")
 
 
-# -- messages ---------------------------------------------------------------------------------------
+# -- messages ----------------------------------------------------------------------------------
 def where(rank: int, world_size: int) -> str:
     return f"[rank {rank} of {world_size}]"
 

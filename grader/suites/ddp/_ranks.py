@@ -124,7 +124,7 @@ def grads_of(model: nn.Module) -> dict[str, torch.Tensor | None]:
             for n, p in model.named_parameters()}
 
 
-# -- the probe ----------------------------------------------------------------------------------
+# -- the probe ---------------------------------------------------------------------------------
 class Probe:
     """Marks phases (for the wire log) and records, per mark, how many handles were waited on.
 
@@ -160,7 +160,7 @@ class Probe:
         return tap
 
 
-# -- cases: the wrapper on its own -----------------------------------------------------------------
+# -- cases: the wrapper on its own -------------------------------------------------------------
 def case_train(ctx: Any, probe: Probe, mod: Any, name: str, spec: dict, data: dict) -> dict:
     """Wrap a replica built from this rank's own seed, train `steps` with a plain torch
     optimizer; per step: params after it, and the gradients of step 0."""
@@ -247,7 +247,7 @@ def case_bf16(ctx: Any, probe: Probe, mod: Any, name: str, spec: dict, data: dic
     return {"grads": grads_of(model), "params": params, "layout": wrapped.bucket_layout}
 
 
-# -- cases: the trainer --------------------------------------------------------------------------
+# -- cases: the trainer ------------------------------------------------------------------------
 def case_accumulate(ctx: Any, probe: Probe, ddp: Any, trainer: Any, name: str, spec: dict,
                     data: dict) -> dict:
     """The wrapper + make_optimizer + train_step with k micro-batches per step."""
@@ -323,7 +323,7 @@ def case_checkpoint(ctx: Any, probe: Probe, ddp: Any, trainer: Any, name: str, s
     return {"returned": returned, "history": history, "resumed": resumed, "step": step}
 
 
-# -- cases: pure functions --------------------------------------------------------------------------
+# -- cases: pure functions ---------------------------------------------------------------------
 def case_lr(trainer: Any, configs: list[dict]) -> list:
     """get_lr at every listed step of each config; an error becomes its type's name."""
     out = []
@@ -388,7 +388,7 @@ def case_world_of_one(mod: Any, spec: dict, data: dict) -> dict:
     return {"grads": grads_of(model), "params": state_of(model)}
 
 
-# -- the launches' rank functions ---------------------------------------------------------------------
+# -- the launches' rank functions --------------------------------------------------------------
 WRAPPER_CASES = {"train": case_train, "no_sync": case_no_sync, "unused": case_unused,
                  "bf16": case_bf16}
 TRAINER_CASES = {"accumulate": case_accumulate, "checkpoint": case_checkpoint}

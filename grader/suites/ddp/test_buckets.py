@@ -12,7 +12,14 @@ from __future__ import annotations
 import pytest
 
 from grader.suites.ddp._common import (
-    LAYOUT_SPECS, SGD4, allreduces, describe_kinds, pack, pack_with_bytes, state_bytes, where,
+    LAYOUT_SPECS,
+    SGD4,
+    allreduces,
+    describe_kinds,
+    pack,
+    pack_with_bytes,
+    state_bytes,
+    where,
     wrapper4,
 )
 

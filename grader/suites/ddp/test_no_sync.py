@@ -12,7 +12,14 @@ import torch
 
 from grader.compare import assert_close
 from grader.suites.ddp._common import (
-    NO_SYNC4, allreduces, describe_kinds, grad_tol, local_grads, pack, where, wrapper4,
+    NO_SYNC4,
+    allreduces,
+    describe_kinds,
+    grad_tol,
+    local_grads,
+    pack,
+    where,
+    wrapper4,
 )
 
 pytestmark = pytest.mark.exercises("DistributedDataParallel")

@@ -13,7 +13,15 @@ import torch
 
 from grader.compare import assert_close
 from grader.suites.ddp._common import (
-    SGD2, SGD4, WORLD1, grad_tol, local_grads, reference_train, training_tol, where, wrapper2,
+    SGD2,
+    SGD4,
+    WORLD1,
+    grad_tol,
+    local_grads,
+    reference_train,
+    training_tol,
+    where,
+    wrapper2,
     wrapper4,
 )
 from grader.suites.ddp._common import pure as pure_launch
@@ -27,7 +35,8 @@ TRAINING_HINT = ("average the gradients over ranks (all-reduce SUM, divide by N)
 
 @pytest.fixture(scope="module")
 def runs(launch, impl):
-    return {"sgd4": lambda: wrapper4(launch, impl.text), "sgd2": lambda: wrapper2(launch, impl.text),
+    return {"sgd4": lambda: wrapper4(launch, impl.text),
+            "sgd2": lambda: wrapper2(launch, impl.text),
             "pure": lambda: pure_launch(launch, impl.text)}
 
 

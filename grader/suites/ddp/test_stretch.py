@@ -11,7 +11,14 @@ import pytest
 import torch
 
 from grader.compare import assert_close, sum_bound
-from grader.suites.ddp._common import BF16, allreduces, local_grads, pack_with_bytes, where, wrapper2
+from grader.suites.ddp._common import (
+    BF16,
+    allreduces,
+    local_grads,
+    pack_with_bytes,
+    where,
+    wrapper2,
+)
 
 pytestmark = pytest.mark.exercises("DistributedDataParallel", "bf16_compress_hook")
 

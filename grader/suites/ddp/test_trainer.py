@@ -15,8 +15,20 @@ import torch
 
 from grader.compare import assert_close, tolerance
 from grader.suites.ddp._common import (
-    ACCUMULATE, CHECKPOINT, GROUP_KWARGS, LR_CONFIGS, LR_ERRORS, accumulate_lrs, allreduces,
-    describe_kinds, expected_lr, pack, reference_train, training_tol, two_groups, where,
+    ACCUMULATE,
+    CHECKPOINT,
+    GROUP_KWARGS,
+    LR_CONFIGS,
+    LR_ERRORS,
+    accumulate_lrs,
+    allreduces,
+    describe_kinds,
+    expected_lr,
+    pack,
+    reference_train,
+    training_tol,
+    two_groups,
+    where,
 )
 from grader.suites.ddp._common import pure as pure_launch
 from grader.suites.ddp._common import trainer3 as trainer_launch
@@ -33,7 +45,7 @@ def trainer3(launch, impl):
     return lambda: trainer_launch(launch, impl.text)
 
 
-# -- groups --------------------------------------------------------------------------------------
+# -- groups ------------------------------------------------------------------------------------
 def expected_groups(spec: dict, seed: int, kwargs: dict) -> list[dict]:
     model = build_model(spec, seed)
     names = {id(p): n for n, p in model.named_parameters()}
@@ -78,7 +90,7 @@ def test_groups_default_betas_and_eps(pure):
     _check_groups(pure, "groups_defaults", dict(NET, norm=True), 12, GROUP_KWARGS[1])
 
 
-# -- schedule --------------------------------------------------------------------------------------
+# -- schedule ----------------------------------------------------------------------------------
 def _config_id(c: dict) -> str:
     return f"warmup={c['warmup_steps']}-total={c['total_steps']}"
 
@@ -113,7 +125,7 @@ def test_schedule_and_train_step_errors(pure):
     assert empty == "ValueError", f"train_step with no micro-batches gave {empty}, not ValueError"
 
 
-# -- accumulation on 3 ranks --------------------------------------------------------------------------
+# -- accumulation on 3 ranks -------------------------------------------------------------------
 def accumulate_reference(run) -> list[dict[str, torch.Tensor]]:
     data = run.inputs["accumulate"]
     kw = ACCUMULATE["defaults"]
@@ -168,10 +180,12 @@ def test_train_step_returns_the_mean_micro_batch_loss(trainer3):
             model = build_model(ACCUMULATE, data["seed"])
             model.load_state_dict(ref[step])
             base = rank * k * rows
+            losses = []
             with torch.no_grad():
-                losses = [float(loss_fn(model(data["x"][step, base + j * rows:base + (j + 1) * rows]),
-                                        data["y"][step, base + j * rows:base + (j + 1) * rows]))
-                          for j in range(k)]
+                for j in range(k):
+                    lo, hi = base + j * rows, base + (j + 1) * rows
+                    losses.append(float(loss_fn(model(data["x"][step, lo:hi]),
+                                                data["y"][step, lo:hi])))
             expected = torch.tensor(sum(losses) / k, dtype=torch.float64)
             assert_close(torch.tensor(float(got), dtype=torch.float64), expected,
                          tol=tolerance(torch.float64, 100.0),
@@ -180,7 +194,7 @@ def test_train_step_returns_the_mean_micro_batch_loss(trainer3):
                          hint="return the mean of this rank's unscaled micro-batch losses")
 
 
-# -- checkpoints on 3 ranks ------------------------------------------------------------------------------
+# -- checkpoints on 3 ranks --------------------------------------------------------------------
 CHECKPOINT_NAMES = ("DistributedDataParallel", "save_checkpoint", "load_checkpoint")
 
 

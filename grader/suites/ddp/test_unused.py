@@ -12,7 +12,11 @@ import pytest
 
 from grader.compare import assert_close
 from grader.suites.ddp._common import (
-    FIND_UNUSED, grad_tol, local_grads, where, wrapper2,
+    FIND_UNUSED,
+    grad_tol,
+    local_grads,
+    where,
+    wrapper2,
 )
 from harness.cases import case_value
 

@@ -4,5 +4,6 @@ from harness.mutation import mutate
 MUTATES = "ddp"
 FEEDBACK = "no_sync"
 mutate(globals(), "ddp", "ddp", replace=[
-    ("        if not self._sync:\n            return  #", "        if False:\n            return  #"),
+    ("        if not self._sync:\n            return  #",
+     "        if False:\n            return  #"),
 ])
