@@ -129,7 +129,9 @@ class Probe:
     """Marks phases (for the wire log) and records, per mark, how many handles were waited on.
 
     Built before the code under test is imported: it wraps the sidecar transport's work
-    handle class, the only kind of handle the ranks get with `transport="sidecar"`.
+    handle class, the only kind of handle the ranks get with `transport="sidecar"`. A wait
+    made by `get_future()` (which the transport fulfils at once) is not counted: chaining a
+    future, as torch's communication hooks do, is not waiting.
     """
 
     def __init__(self, ctx: Any) -> None:
@@ -141,14 +143,26 @@ class Probe:
             from harness import sidecar
         except ImportError:  # pragma: no cover - the harness always has it
             return
-        original = sidecar.SidecarWork.wait
+        original, original_future = sidecar.SidecarWork.wait, sidecar.SidecarWork.get_future
         probe = self
+        inside_future = [False]
 
         def wait(work: Any, timeout: Any = None) -> bool:
-            probe.waits[probe.label] = probe.waits.get(probe.label, 0) + 1
+            if not inside_future[0]:
+                probe.waits[probe.label] = probe.waits.get(probe.label, 0) + 1
             return original(work) if timeout is None else original(work, timeout)
 
+        def get_future(work: Any) -> Any:
+            # The transport completes a future at once (it carries collectives synchronously);
+            # asking for one is not waiting, so the wait inside it is not counted.
+            inside_future[0] = True
+            try:
+                return original_future(work)
+            finally:
+                inside_future[0] = False
+
         sidecar.SidecarWork.wait = wait  # type: ignore[method-assign]
+        sidecar.SidecarWork.get_future = get_future  # type: ignore[method-assign]
 
     def mark(self, label: str) -> None:
         self.label = label
