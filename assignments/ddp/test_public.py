@@ -26,7 +26,7 @@ WORLD = 2
 ROWS = 3
 CAP_MB = 400 / 2**20  # 400 bytes: README §3's example
 README_LAYOUT = [["2.bias", "2.weight", "1.bias"], ["1.weight"], ["0.bias", "0.weight"]]
-LAUNCH_TIMEOUT = 120.0
+LAUNCH_TIMEOUT = 60.0  # seconds: generous on a loaded machine; a spinning hook still ends
 
 
 def build_mlp(seed: int) -> nn.Module:

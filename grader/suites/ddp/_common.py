@@ -5,10 +5,13 @@ read it (`harness.cases.Memo`), each a list of cases in their own error scopes
 (`_ranks.rank_cases`), grouped by the public names they call so that a stubbed name costs
 only its own launches:
 
-- "wrapper4" (4 ranks): SGD + momentum training, `no_sync`, bucket layouts;
-- "wrapper2" (2 ranks): SGD training with one bucket, unused parameters, the bf16 hook;
-- "trainer3" (3 ranks): `make_optimizer` + `train_step` with accumulation; checkpoint resume;
-- "pure" (1 rank): `get_lr`, `make_optimizer`'s groups, `train_step`'s error, a world of one.
+- "wrapper4" (4 ranks): SGD + momentum training, `no_sync`, bucket layouts, process subgroups;
+- "wrapper2" (2 ranks): SGD training with one bucket, unused parameters, the bf16 hook,
+  checkpoint resume;
+- "trainer3" (3 ranks): `make_optimizer` + `train_step` with accumulation;
+- "pure" (1 rank, in-rank transport): `get_lr`, `make_optimizer`'s groups, `train_step`'s
+  error and one-micro-batch steps, a world of one, the default cap, and last, with the process
+  group destroyed, the wrapper, the bf16 hook and checkpoints without any process group.
 
 Multi-rank launches use the sidecar transport: the wire log (`result.wire`), written by the
 sidecars outside the ranks, is what the communication tests count. Its records carry the
@@ -36,7 +39,7 @@ from harness.launcher import preload
 
 preload("torch._dynamo")  # torch.optim's first use imports it: seconds per rank otherwise
 
-LAUNCH_TIMEOUT = 120.0
+LAUNCH_TIMEOUT = 60.0  # generous for a loaded 2-core machine; a spinning hook ends
 TRANSPORT = "sidecar"
 MB = 1024 * 1024
 
@@ -55,12 +58,22 @@ LAYOUT_SPECS = [
     dict(NET, cap_mb=CAP_600),
     dict(NET, norm=True, dtype="float32", cap_mb=25.0),     # one bucket
     {"arch": "tied", "sizes": (11, 4), "dtype": "float32", "cap_mb": 100 / MB},  # shared weight
+    # 32-wide float64: each weight 8192 B, each bias 256 B
+    dict(NET, sizes=(32, 32, 32), cap_mb=8448 / MB),  # buckets 0 and 1 both fill it exactly
+    dict(NET, sizes=(32, 32, 32), cap_mb=8703 / MB),  # one byte short of head + fc2.bias
 ]
+LAYOUT_POINTS = [1, 1, 1, 1, 1, 2, 2]
+BIG = dict(NET, sizes=(2048, 2048, 2048), dtype="float32", cap_mb=25.0)  # 48 MiB: default cap
 SGD2 = dict(NET, cap_mb=25.0, optimizer="sgd", defaults={"lr": 0.2}, steps=3, rows=4)
-UNUSED_ERROR = dict(NET, ghost=True, cap_mb=CAP_600, find_unused=False, steps=1, rows=2)
-FIND_UNUSED = dict(NET, extra=True, ghost=True, cap_mb=CAP_600, find_unused=True, steps=2,
+# ghost (never used) alone in bucket 0, ghost.weight last in it; the default find_unused
+UNUSED_ERROR = dict(NET, ghost=True, cap_mb=144 / MB, find_unused=None, steps=1, rows=2)
+# bucket 0 = ghost.bias, ghost.weight, extra.bias, extra.weight (360 B exactly): extra is used
+# by rank 0 in the first backward only, so in the second its slot must be zeros again
+FIND_UNUSED = dict(NET, extra=True, ghost=True, cap_mb=360 / MB, find_unused=True, steps=2,
                    rows=2)
-BF16 = dict(NET, dtype="float32", cap_mb=CAP_600, steps=1, rows=4)
+# float32, bucket 0 = head.bias + head.weight (108 B): launched before the first layer
+BF16 = dict(NET, dtype="float32", cap_mb=108 / MB, steps=1, rows=4)
+SUBGROUPS = dict(NET, cap_mb=CAP_600, steps=1, rows=3)
 ACCUMULATE = dict(NET, norm=True, cap_mb=CAP_600, micro=3, rows=2, steps=3,
                   defaults={"lr": 0.05, "weight_decay": 0.5}, schedule=(0.05, 0.005, 1, 3))
 CHECKPOINT = dict(NET, dropout=0.25, cap_mb=CAP_600, steps=5, rows=2, save_after=3,
@@ -81,7 +94,9 @@ LR_ERRORS = [
     {"max_lr": 1.0, "min_lr": 0.1, "warmup_steps": 2, "total_steps": 5, "steps": [-1]},
 ]
 WORLD1 = dict(NET, norm=True, cap_mb=CAP_600, steps=1, rows=5)
-STEP_PLAIN = dict(NET, micro=2, rows=3, steps=2)
+SPARSE = dict(NET, extra=True, steps=2, rows=4, lrs=[0.05, 0.02],
+              defaults={"lr": 0.05, "weight_decay": 0.1})
+NO_GROUP = dict(NET, dropout=0.25, cap_mb=CAP_600, steps=2, rows=4)
 
 
 # -- data --------------------------------------------------------------------------------------
@@ -275,6 +290,7 @@ def wrapper4(launch: Callable[..., Any], impl: str) -> Launch:
         ({"name": "sgd4", "kind": "train", "spec": SGD4}, SGD4, 41),
         ({"name": "nosync4", "kind": "no_sync", "spec": NO_SYNC4}, NO_SYNC4, 42),
         ({"name": "layouts", "kind": "layouts", "specs": LAYOUT_SPECS, "seed": 43}, None, 43),
+        ({"name": "subgroups", "kind": "subgroups", "spec": SUBGROUPS}, SUBGROUPS, 44),
     ])
 
 
@@ -284,6 +300,7 @@ def wrapper2(launch: Callable[..., Any], impl: str) -> Launch:
         ({"name": "unused_error", "kind": "unused", "spec": UNUSED_ERROR}, UNUSED_ERROR, 22),
         ({"name": "find_unused", "kind": "unused", "spec": FIND_UNUSED}, FIND_UNUSED, 23),
         ({"name": "bf16", "kind": "bf16", "spec": BF16}, BF16, 24),
+        ({"name": "checkpoint", "kind": "checkpoint", "spec": CHECKPOINT}, CHECKPOINT, 32),
     ])
 
 
@@ -296,7 +313,6 @@ def trainer3(launch: Callable[..., Any], impl: str) -> Launch:
     spec = dict(ACCUMULATE, lrs=accumulate_lrs())
     return _launch(launch, impl, "trainer3", 3, [
         ({"name": "accumulate", "kind": "accumulate", "spec": spec}, spec, 31),
-        ({"name": "checkpoint", "kind": "checkpoint", "spec": CHECKPOINT}, CHECKPOINT, 32),
     ])
 
 
@@ -309,6 +325,13 @@ def pure(launch: Callable[..., Any], impl: str) -> Launch:
           "seed": 12, "kwargs": GROUP_KWARGS[1]}, None, 0),
         ({"name": "empty", "kind": "train_step_empty", "spec": NET, "seed": 13}, None, 0),
         ({"name": "world1", "kind": "world_of_one", "spec": WORLD1}, WORLD1, 14),
+        ({"name": "default_cap", "kind": "default_cap", "spec": BIG}, None, 0),
+        ({"name": "sparse", "kind": "train_step_sparse", "spec": SPARSE}, SPARSE, 15),
+        # the last ones: they destroy the process group first
+        ({"name": "no_group_wrapper", "kind": "no_group_wrapper", "spec": WORLD1}, WORLD1, 16),
+        ({"name": "no_group_bf16", "kind": "no_group_bf16", "spec": BF16}, BF16, 17),
+        ({"name": "no_group_trainer", "kind": "no_group_trainer", "spec": NO_GROUP}, NO_GROUP,
+         18),
     ], transport="in-rank")
 
 

@@ -50,7 +50,8 @@ class Net(nn.Module):
     """fc1 -> tap -> tanh(+shift) [-> dropout] -> fc2 [-> norm] -> tanh -> head [+ extra].
 
     `spec`: sizes (in, hidden, out), norm (LayerNorm after fc2), dropout (p), extra (a second
-    head used when forward gets use_extra=True), ghost (a layer never used). Registration
+    head used when forward gets use_extra=True, or when not told and `self.use_extra` is
+    set), ghost (a layer never used). Registration
     order: fc1, fc2, [norm], head, [extra], [ghost]; one buffer `shift`.
     """
 
@@ -66,8 +67,10 @@ class Net(nn.Module):
         self.register_buffer("shift", 0.1 * torch.randn(hidden))
         self.p_drop = float(spec.get("dropout", 0.0))
         self.on_tap: Callable[[], None] | None = None
+        self.use_extra = False  # what forward does when not told
 
-    def forward(self, x: torch.Tensor, use_extra: bool = False) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, use_extra: bool | None = None) -> torch.Tensor:
+        use_extra = self.use_extra if use_extra is None else use_extra
         h = torch.tanh(Tap.apply(self.fc1(x), self.on_tap) + self.shift)
         if self.p_drop:
             h = F.dropout(h, self.p_drop, self.training)
@@ -137,7 +140,8 @@ class Probe:
     def __init__(self, ctx: Any) -> None:
         self.ctx = ctx
         self.label = ""
-        self.waits: dict[str, int] = {}
+        self.waits: dict[str, int] = {}  # label -> handles waited on
+        self.futures: dict[str, int] = {}  # label -> futures asked for
         self.step = 0
         try:
             from harness import sidecar
@@ -155,6 +159,7 @@ class Probe:
         def get_future(work: Any) -> Any:
             # The transport completes a future at once (it carries collectives synchronously);
             # asking for one is not waiting, so the wait inside it is not counted.
+            probe.futures[probe.label] = probe.futures.get(probe.label, 0) + 1
             inside_future[0] = True
             try:
                 return original_future(work)
@@ -199,8 +204,7 @@ def case_train(ctx: Any, probe: Probe, mod: Any, name: str, spec: dict, data: di
         history.append(state_of(model))
     probe.mark(f"{name} done")
     return {"after_construct": after_construct, "layout": layout, "history": history,
-            "grads0": grads0, "waits": dict(probe.waits), "is_module": isinstance(wrapped,
-                                                                                   nn.Module)}
+            "grads0": grads0, "waits": dict(probe.waits), "futures": dict(probe.futures)}
 
 
 def case_no_sync(ctx: Any, probe: Probe, mod: Any, name: str, spec: dict, data: dict) -> dict:
@@ -234,17 +238,21 @@ def case_layouts(ctx: Any, probe: Probe, mod: Any, name: str, specs: list[dict],
 
 
 def case_unused(ctx: Any, probe: Probe, mod: Any, name: str, spec: dict, data: dict) -> dict:
-    """`extra` is used on rank 0 only; `ghost` never. Two steps of backward, grads after each."""
+    """`extra` is used by rank 0 in the first backward only; `ghost` never. Grads after each."""
     model = build_model(spec, data["init_seed"])
-    wrapped = mod.DistributedDataParallel(model, bucket_cap_mb=spec["cap_mb"],
-                                          find_unused_parameters=spec["find_unused"])
+    if spec["find_unused"] is None:  # the default
+        wrapped = mod.DistributedDataParallel(model, bucket_cap_mb=spec["cap_mb"])
+    else:
+        wrapped = mod.DistributedDataParallel(model, bucket_cap_mb=spec["cap_mb"],
+                                              find_unused_parameters=spec["find_unused"])
     x, y = data["x"], data["y"]
     grads = []
     for step in range(x.shape[0]):
         probe.mark(f"{name} step {step}")
         for p in model.parameters():
             p.grad = None
-        loss_fn(wrapped(x[step], use_extra=ctx.rank == 0), y[step]).backward()
+        use = ctx.rank == 0 and step == 0  # extra: rank 0 in step 0 only, then nobody
+        loss_fn(wrapped(x[step], use_extra=use), y[step]).backward()
         grads.append(grads_of(model))
     probe.mark(f"{name} done")
     return {"grads": grads, "params": state_of(model)}
@@ -255,10 +263,39 @@ def case_bf16(ctx: Any, probe: Probe, mod: Any, name: str, spec: dict, data: dic
     wrapped = mod.DistributedDataParallel(model, bucket_cap_mb=spec["cap_mb"])
     wrapped.register_comm_hook(mod.bf16_compress_hook)
     params = state_of(model)
+    model.on_tap = probe.tap_for(name)
+    probe.step = 0
     probe.mark(f"{name} step 0")
     loss_fn(wrapped(data["x"][0]), data["y"][0]).backward()
     probe.mark(f"{name} done")
-    return {"grads": grads_of(model), "params": params, "layout": wrapped.bucket_layout}
+    return {"grads": grads_of(model), "params": params, "layout": wrapped.bucket_layout,
+            "waits": dict(probe.waits), "futures": dict(probe.futures)}
+
+
+def case_subgroups(ctx: Any, probe: Probe, mod: Any, name: str, spec: dict, data: dict) -> dict:
+    """Ranks {0, 1} and {2, 3} each wrap their replica over their own process group."""
+    groups = [ctx.new_group([0, 1]), ctx.new_group([2, 3])]
+    model = build_model(spec, data["init_seed"])
+    probe.mark(f"{name} construct")
+    wrapped = mod.DistributedDataParallel(model, bucket_cap_mb=spec["cap_mb"],
+                                          group=groups[ctx.rank // 2])
+    after = state_of(model)
+    probe.mark(f"{name} step 0")
+    loss_fn(wrapped(data["x"][0]), data["y"][0]).backward()
+    probe.mark(f"{name} done")
+    return {"after_construct": after, "grads": grads_of(model)}
+
+
+def case_no_group_wrapper(mod: Any, spec: dict, data: dict, hook: bool) -> dict:
+    """No process group at all (destroyed first): a world of one."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    model = build_model(spec, data["init_seed"])
+    wrapped = mod.DistributedDataParallel(model, bucket_cap_mb=spec["cap_mb"])
+    if hook:
+        wrapped.register_comm_hook(mod.bf16_compress_hook)
+    loss_fn(wrapped(data["x"][0]), data["y"][0]).backward()
+    return {"grads": grads_of(model), "params": state_of(model)}
 
 
 # -- cases: the trainer ------------------------------------------------------------------------
@@ -369,20 +406,6 @@ def case_groups(trainer: Any, spec: dict, seed: int, kwargs: dict) -> dict:
     return {"is_adamw": type(opt) is torch.optim.AdamW, "groups": groups}
 
 
-def case_train_step_plain(trainer: Any, spec: dict, seed: int, data: dict) -> dict:
-    """train_step on a plain module (no wrapper), SGD: k micro-batches per step."""
-    model = build_model(spec, seed)
-    opt = torch.optim.SGD(model.parameters(), lr=0.5)
-    x, y = data["x"], data["y"]
-    history, losses = [], []
-    for step in range(x.shape[0]):
-        micro = [(x[step, j], y[step, j]) for j in range(x.shape[1])]
-        losses.append(trainer.train_step(model, opt, micro, loss_fn, data["lrs"][step]))
-        history.append(state_of(model))
-    lrs = [g["lr"] for g in opt.param_groups]
-    return {"history": history, "losses": losses, "lrs": lrs}
-
-
 def case_train_step_empty(trainer: Any, spec: dict, seed: int) -> str:
     model = build_model(spec, seed)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -395,6 +418,51 @@ def case_train_step_empty(trainer: Any, spec: dict, seed: int) -> str:
     return "no error"
 
 
+def case_train_step_sparse(trainer: Any, spec: dict, data: dict) -> dict:
+    """train_step with one micro-batch per step on a plain module, AdamW; `extra` takes part
+    in the first step only (so in the second it has no gradient, and AdamW must skip it)."""
+    model = build_model(spec, data["init_seed"])
+    opt = torch.optim.AdamW(model.parameters(), **spec["defaults"])
+    x, y = data["x"], data["y"]
+    history, losses = [], []
+    for step in range(x.shape[0]):
+        model.use_extra = step == 0
+        losses.append(trainer.train_step(model, opt, [(x[step], y[step])], loss_fn,
+                                         spec["lrs"][step]))
+        history.append(state_of(model))
+    return {"history": history, "losses": losses}
+
+
+def case_no_group_trainer(trainer: Any, spec: dict, data: dict) -> dict:
+    """save_checkpoint / load_checkpoint with no process group at all (a world of one)."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    model = build_model(spec, data["init_seed"])
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+    x, y = data["x"], data["y"]
+    torch.manual_seed(data["rng_seed"])
+
+    def step(m: nn.Module, o: Any, i: int) -> None:
+        o.zero_grad()
+        loss_fn(m(x[i]), y[i]).backward()
+        o.step()
+
+    step(model, opt, 0)
+    saved = trainer.save_checkpoint(model, opt, 1)
+    checkpoint = None if saved is None else _round_trip(saved)
+    step(model, opt, 1)
+    out = {"returned": saved is not None, "step": None, "same": False}
+    if checkpoint is not None:
+        fresh = build_model(spec, data["init_seed"] + 5)
+        fresh_opt = torch.optim.AdamW(fresh.parameters(), lr=0.01)
+        torch.manual_seed(data["rng_seed"] + 9)
+        out["step"] = trainer.load_checkpoint(checkpoint, fresh, fresh_opt)
+        step(fresh, fresh_opt, 1)
+        out["same"] = all(torch.equal(a, b) for a, b in zip(model.parameters(),
+                                                             fresh.parameters()))
+    return out
+
+
 def case_world_of_one(mod: Any, spec: dict, data: dict) -> dict:
     model = build_model(spec, data["init_seed"])
     wrapped = mod.DistributedDataParallel(model, bucket_cap_mb=spec["cap_mb"])
@@ -404,7 +472,7 @@ def case_world_of_one(mod: Any, spec: dict, data: dict) -> dict:
 
 # -- the launches' rank functions --------------------------------------------------------------
 WRAPPER_CASES = {"train": case_train, "no_sync": case_no_sync, "unused": case_unused,
-                 "bf16": case_bf16}
+                 "bf16": case_bf16, "subgroups": case_subgroups}
 TRAINER_CASES = {"accumulate": case_accumulate, "checkpoint": case_checkpoint}
 
 
@@ -427,6 +495,12 @@ def rank_cases(ctx: Any, cases: list[dict], data: dict) -> dict:
             if kind == "world_of_one":
                 return case_world_of_one(ctx.impl_module("ddp", "ddp"), case["spec"],
                                          data[name])
+            if kind == "default_cap":
+                mod = ctx.impl_module("ddp", "ddp")
+                return mod.DistributedDataParallel(build_model(case["spec"], 0)).bucket_layout
+            if kind in ("no_group_wrapper", "no_group_bf16"):
+                return case_no_group_wrapper(ctx.impl_module("ddp", "ddp"), case["spec"],
+                                             data[name], hook=kind == "no_group_bf16")
             trainer = ctx.impl_module("ddp", "trainer")
             if kind in TRAINER_CASES:
                 mod = ctx.impl_module("ddp", "ddp")
@@ -436,10 +510,12 @@ def rank_cases(ctx: Any, cases: list[dict], data: dict) -> dict:
                 return case_lr(trainer, case["configs"])
             if kind == "groups":
                 return case_groups(trainer, case["spec"], case["seed"], case["kwargs"])
-            if kind == "train_step_plain":
-                return case_train_step_plain(trainer, case["spec"], case["seed"], data[name])
             if kind == "train_step_empty":
                 return case_train_step_empty(trainer, case["spec"], case["seed"])
+            if kind == "train_step_sparse":
+                return case_train_step_sparse(trainer, case["spec"], data[name])
+            if kind == "no_group_trainer":
+                return case_no_group_trainer(trainer, case["spec"], data[name])
             raise ValueError(f"unknown case kind {kind!r}")
 
         return run

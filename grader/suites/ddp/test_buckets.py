@@ -12,12 +12,15 @@ from __future__ import annotations
 import pytest
 
 from grader.suites.ddp._common import (
+    BIG,
+    LAYOUT_POINTS,
     LAYOUT_SPECS,
     SGD4,
     allreduces,
     describe_kinds,
     pack,
     pack_with_bytes,
+    pure,
     state_bytes,
     where,
     wrapper4,
@@ -58,9 +61,9 @@ def layout_id(spec: dict) -> str:
         "-frozen" if spec.get("frozen") else "") + ("-norm" if spec.get("norm") else "")
 
 
-@pytest.mark.points(2)
-@pytest.mark.parametrize("index", range(len(LAYOUT_SPECS)),
-                         ids=[layout_id(s) for s in LAYOUT_SPECS])
+@pytest.mark.parametrize("index", [
+    pytest.param(i, marks=pytest.mark.points(points), id=layout_id(spec))
+    for i, (spec, points) in enumerate(zip(LAYOUT_SPECS, LAYOUT_POINTS))])
 def test_bucket_layout(run, index):
     values = run.values("layouts", "DistributedDataParallel.bucket_layout")
     spec = LAYOUT_SPECS[index]
@@ -71,6 +74,15 @@ def test_bucket_layout(run, index):
             f"{where(rank, run.world_size)} bucket_layout ({layout_id(spec)}): "
             f"{layout_hint(got, spec)}; got {got}, expected {expected}")
 
+
+
+@pytest.mark.points(1)
+def test_default_cap_is_25_mib(launch, impl):
+    got = pure(launch, impl.text).values("default_cap", "DistributedDataParallel(module)")[0]
+    expected = pack(BIG)
+    assert got == expected, (
+        f"bucket_layout of a 48 MiB float32 model with the default bucket_cap_mb: got "
+        f"{len(got)} bucket(s), expected {len(expected)}; the default cap is 25 MiB")
 
 
 def _step_records(run, rank: int, step: int) -> list:

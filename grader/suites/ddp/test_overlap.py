@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from grader.suites.ddp._common import SGD4, allreduces, where, wrapper4
+from grader.suites.ddp._common import SGD4, allreduces, pack, where, wrapper4
 
 pytestmark = pytest.mark.exercises("DistributedDataParallel")
 
@@ -22,7 +22,7 @@ def run(launch, impl):
     return wrapper4(launch, impl.text)
 
 
-@pytest.mark.points(5)
+@pytest.mark.points(4)
 def test_first_all_reduce_before_the_last_gradient(run):
     run.values("sgd4", "DistributedDataParallel training")
     for rank in range(run.world_size):
@@ -37,7 +37,7 @@ def test_first_all_reduce_before_the_last_gradient(run):
                 f"the gradient hook (README §4)")
 
 
-@pytest.mark.points(3)
+@pytest.mark.points(2)
 def test_no_handle_waited_on_during_backward(run):
     values = run.values("sgd4", "DistributedDataParallel training")
     for rank, value in enumerate(values):
@@ -47,3 +47,22 @@ def test_no_handle_waited_on_during_backward(run):
                 f"{where(rank, run.world_size)} step {step + 1}: {waits} wait(s) on an "
                 f"all-reduce before backward reached the first layer; launch with "
                 f"async_op=True and wait only in the end-of-backward callback (README §4)")
+
+
+def handled(value: dict, prefix: str) -> int:
+    """Handles waited on, or whose future was asked for, under every label of `prefix`."""
+    return sum(n for kind in ("waits", "futures") for label, n in value[kind].items()
+               if label == prefix or label.startswith(prefix + " "))
+
+
+@pytest.mark.points(2)
+def test_every_handle_waited_on_by_the_end_of_backward(run):
+    values = run.values("sgd4", "DistributedDataParallel training")
+    buckets = len(pack(SGD4))
+    for rank, value in enumerate(values):
+        for step in range(SGD4["steps"]):
+            got = handled(value, f"sgd4 step {step}")
+            assert got >= buckets, (
+                f"{where(rank, run.world_size)} step {step + 1}: {got} all-reduce handle(s) "
+                f"waited on during backward, for {buckets} buckets; the end-of-backward "
+                f"callback waits on every handle before it writes .grad (README §4)")

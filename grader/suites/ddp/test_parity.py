@@ -15,6 +15,7 @@ from grader.compare import assert_close
 from grader.suites.ddp._common import (
     SGD2,
     SGD4,
+    SUBGROUPS,
     WORLD1,
     grad_tol,
     local_grads,
@@ -58,7 +59,7 @@ def test_construction_broadcasts_rank_0_state(runs):
                 f"broadcast every parameter and buffer from rank 0 in the constructor")
 
 
-@pytest.mark.points(4)
+@pytest.mark.points(3)
 def test_gradients_averaged_over_four_ranks(runs):
     run = runs["sgd4"]()
     values = run.values("sgd4", "DistributedDataParallel training")
@@ -93,7 +94,7 @@ def _check_history(run, name: str, spec: dict, growth: float) -> None:
                              what=f"{where(rank, run.world_size)} {param} after step {step + 1}")
 
 
-@pytest.mark.points(4)
+@pytest.mark.points(3)
 def test_sgd_momentum_four_ranks_matches_single_process(runs):
     _check_history(runs["sgd4"](), "sgd4", SGD4, growth=2.0)
 
@@ -132,15 +133,44 @@ def test_frozen_parameter_untouched_and_in_no_bucket(runs):
                 f"{where(rank, run.world_size)} frozen {param} changed")
 
 
+@pytest.mark.points(2)
+def test_process_subgroups(runs):
+    run = runs["sgd4"]()
+    values = run.values("subgroups", "DistributedDataParallel(group=...)")
+    data = run.inputs["subgroups"]
+    rows = data["x"].shape[1] // run.world_size
+    for first in (0, 2):  # the groups {0, 1} and {2, 3}, each with its own rank 0
+        seed = data["seed"] + 1009 * first  # _common.init_seed of the group's first rank
+        initial = {n: p.detach() for n, p in build_model(SUBGROUPS, seed).named_parameters()}
+        per_rank = [local_grads(SUBGROUPS, seed, data["x"][0, r * rows:(r + 1) * rows],
+                                data["y"][0, r * rows:(r + 1) * rows])
+                    for r in (first, first + 1)]
+        expected = {n: (per_rank[0][n] + per_rank[1][n]) / 2 for n in per_rank[0]}
+        for rank in (first, first + 1):
+            at = f"{where(rank, run.world_size)} in group {[first, first + 1]}"
+            for name, tensor in initial.items():
+                assert torch.equal(values[rank]["after_construct"][name], tensor), (
+                    f"{at}: {name} after construction is not that of the group's rank 0 "
+                    f"(global rank {first}); broadcast from group rank 0, over `group`")
+            for name, ref in expected.items():
+                assert_close(values[rank]["grads"][name], ref, tol=grad_tol(expected),
+                             what=f"{at}: {name}.grad",
+                             hint="all-reduce over `group` and divide by its size")
+
+
 @pytest.mark.points(1)
 def test_world_of_one(runs):
     run = runs["pure"]()
-    got = run.values("world1", "DistributedDataParallel in a world of one")[0]
-    data = run.inputs["world1"]
-    expected = local_grads(WORLD1, data["seed"], data["x"][0], data["y"][0])
-    initial = {n: p.detach() for n, p in build_model(WORLD1, data["seed"]).named_parameters()}
-    for name, ref in expected.items():
-        assert torch.equal(got["params"][name], initial[name]), (
-            f"[world of one] the wrapper changed {name}")
-        assert_close(got["grads"][name], ref, what=f"[world of one] {name}.grad",
-                     tol=grad_tol(expected), hint="with one rank the average is the gradient")
+    for name, what in (("world1", "a world of one"), ("no_group_wrapper", "no process group")):
+        got = run.values(name, f"DistributedDataParallel in {what}")[0]
+        data = run.inputs[name]
+        expected = local_grads(WORLD1, data["seed"], data["x"][0], data["y"][0])
+        initial = {n: p.detach()
+                   for n, p in build_model(WORLD1, data["seed"]).named_parameters()}
+        for param, ref in expected.items():
+            assert torch.equal(got["params"][param], initial[param]), (
+                f"[{what}] the wrapper changed {param}")
+            assert_close(got["grads"][param], ref, what=f"[{what}] {param}.grad",
+                         tol=grad_tol(expected),
+                         hint="with one rank the average is the gradient; without a process "
+                              "group, communicate nothing")

@@ -16,6 +16,7 @@ from grader.suites.ddp._common import (
     allreduces,
     local_grads,
     pack_with_bytes,
+    pure,
     where,
     wrapper2,
 )
@@ -28,12 +29,13 @@ def run(launch, impl):
     return wrapper2(launch, impl.text)
 
 
-@pytest.mark.points(3)
+@pytest.mark.points(2)
 def test_bf16_hook_halves_the_bytes(run):
     run.values("bf16", "register_comm_hook(bf16_compress_hook)")
     expected = [size // 2 for _, size in pack_with_bytes(BF16)]
     for rank in range(run.world_size):
-        got = allreduces(run.wire_by_label(rank).get("bf16 step 0", []))
+        by_label = run.wire_by_label(rank)
+        got = allreduces(by_label.get("bf16 step 0", []) + by_label.get("bf16 step 0 tap", []))
         sizes = [r.bytes for r in got]
         assert all(r.dtype == "bfloat16" for r in got) and sizes == expected, (
             f"{where(rank, run.world_size)} all-reduces of {sizes} bytes in "
@@ -41,7 +43,7 @@ def test_bf16_hook_halves_the_bytes(run):
             f"{expected} bytes (half of float32)")
 
 
-@pytest.mark.points(3)
+@pytest.mark.points(2)
 def test_bf16_hook_gradients_within_bf16_rounding(run):
     values = run.values("bf16", "register_comm_hook(bf16_compress_hook)")
     data = run.inputs["bf16"]
@@ -58,3 +60,33 @@ def test_bf16_hook_gradients_within_bf16_rounding(run):
             assert_close(value["grads"][name], expected, dtype=torch.float32, tol=tol,
                          what=f"{where(rank, run.world_size)} {name}.grad with the bf16 hook",
                          hint="all-reduce a bfloat16 copy, convert back, divide by N")
+
+
+@pytest.mark.points(1)
+def test_bf16_hook_is_asynchronous_and_waited_on(run):
+    values = run.values("bf16", "register_comm_hook(bf16_compress_hook)")
+    buckets = len(pack_with_bytes(BF16))
+    for rank, value in enumerate(values):
+        early = value["waits"].get("bf16 step 0", 0)
+        assert early == 0, (
+            f"{where(rank, run.world_size)} the bf16 hook waited {early} time(s) before "
+            f"backward reached the first layer; launch with async_op=True and wait in finish()")
+        done = sum(value[kind].get(label, 0) for kind in ("waits", "futures")
+                   for label in ("bf16 step 0", "bf16 step 0 tap"))
+        assert done >= buckets, (
+            f"{where(rank, run.world_size)} {done} handle(s) waited on for {buckets} buckets; "
+            f"finish() waits on its all-reduce before it reads the result")
+
+
+@pytest.mark.points(1)
+def test_bf16_hook_without_a_process_group(launch, impl):
+    run = pure(launch, impl.text)
+    got = run.values("no_group_bf16", "bf16_compress_hook without a process group")[0]
+    data = run.inputs["no_group_bf16"]
+    spec64 = dict(BF16, dtype="float64")
+    expected = local_grads(spec64, data["seed"], data["x"][0].double(), data["y"][0].double())
+    for name, ref in expected.items():
+        tol = sum_bound(torch.bfloat16, 2, magnitude=float(ref.abs().max()))
+        assert_close(got["grads"][name], ref, dtype=torch.float32, tol=tol,
+                     what=f"[no process group] {name}.grad with the bf16 hook",
+                     hint="with no process group the hook communicates nothing")

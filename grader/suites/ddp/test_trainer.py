@@ -1,11 +1,12 @@
-"""The trainer: groups, schedule, accumulation on 3 ranks, bit-exact resume on 3 ranks.
+"""The trainer: groups, schedule, accumulation on 3 ranks, bit-exact resume on 2 ranks.
 
-Groups and the schedule run in one process. Accumulation: 3 ranks, 3 micro-batches each per
-step, 3 steps of `train_step` with `make_optimizer`'s AdamW (weight decay 0.5 on matrices,
-so decaying a bias or a norm weight shows), against one single-process AdamW step per step on
-all 18 rows; the sidecars' log must show one all-reduce per bucket per step. Checkpoint: 3
-ranks with dropout, a checkpoint after 3 of 5 steps, a fresh replica (other seed, disturbed
-RNG) loads it and trains steps 4 and 5 again: parameters bit-identical to the uninterrupted run.
+Groups, the schedule and one-micro-batch steps run in one process. Accumulation: 3 ranks, 3
+micro-batches each per step, 3 steps of `train_step` with `make_optimizer`'s AdamW (weight
+decay 0.5 on matrices, so decaying a bias or a norm weight shows), against one single-process
+AdamW step per step on all 18 rows; the sidecars' log must show one all-reduce per bucket per
+step. Checkpoint: 2 ranks with dropout, a checkpoint after 3 of 5 steps, a fresh replica
+(other seed, disturbed RNG) loads it and trains steps 4 and 5 again: parameters bit-identical
+to the uninterrupted run; and the same in one process without any process group.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from grader.suites.ddp._common import (
     GROUP_KWARGS,
     LR_CONFIGS,
     LR_ERRORS,
+    SPARSE,
     accumulate_lrs,
     allreduces,
     describe_kinds,
@@ -32,6 +34,7 @@ from grader.suites.ddp._common import (
 )
 from grader.suites.ddp._common import pure as pure_launch
 from grader.suites.ddp._common import trainer3 as trainer_launch
+from grader.suites.ddp._common import wrapper2 as wrapper_launch
 from grader.suites.ddp._ranks import build_model, loss_fn
 
 
@@ -43,6 +46,11 @@ def pure(launch, impl):
 @pytest.fixture(scope="module")
 def trainer3(launch, impl):
     return lambda: trainer_launch(launch, impl.text)
+
+
+@pytest.fixture(scope="module")
+def wrapper2(launch, impl):
+    return lambda: wrapper_launch(launch, impl.text)
 
 
 # -- groups ------------------------------------------------------------------------------------
@@ -135,7 +143,7 @@ def accumulate_reference(run) -> list[dict[str, torch.Tensor]]:
 
 
 @pytest.mark.exercises("DistributedDataParallel", "make_optimizer", "train_step")
-@pytest.mark.points(4)
+@pytest.mark.points(3)
 def test_accumulation_matches_one_large_batch_step(trainer3):
     run = trainer3()
     values = run.values("accumulate", "make_optimizer + train_step")
@@ -194,14 +202,14 @@ def test_train_step_returns_the_mean_micro_batch_loss(trainer3):
                          hint="return the mean of this rank's unscaled micro-batch losses")
 
 
-# -- checkpoints on 3 ranks --------------------------------------------------------------------
+# -- checkpoints on 2 ranks --------------------------------------------------------------------
 CHECKPOINT_NAMES = ("DistributedDataParallel", "save_checkpoint", "load_checkpoint")
 
 
 @pytest.mark.exercises(*CHECKPOINT_NAMES)
 @pytest.mark.points(2)
-def test_checkpoint_returned_by_rank_0_only(trainer3):
-    run = trainer3()
+def test_checkpoint_returned_by_rank_0_only(wrapper2):
+    run = wrapper2()
     values = run.values("checkpoint", "save_checkpoint / load_checkpoint")
     for rank, value in enumerate(values):
         expected = rank == 0
@@ -215,9 +223,9 @@ def test_checkpoint_returned_by_rank_0_only(trainer3):
 
 
 @pytest.mark.exercises(*CHECKPOINT_NAMES)
-@pytest.mark.points(4)
-def test_resume_is_bit_identical(trainer3):
-    run = trainer3()
+@pytest.mark.points(3)
+def test_resume_is_bit_identical(wrapper2):
+    run = wrapper2()
     values = run.values("checkpoint", "save_checkpoint / load_checkpoint")
     save_after = CHECKPOINT["save_after"]
     for rank, value in enumerate(values):
@@ -231,3 +239,36 @@ def test_resume_is_bit_identical(trainer3):
                     f"{where(rank, run.world_size)} after resuming, {param} at step {step + 1} "
                     f"differs from the uninterrupted run: restore every rank's own RNG state "
                     f"(dropout), the optimizer state and the model (README §7.4)")
+
+
+@pytest.mark.exercises("train_step")
+@pytest.mark.points(1)
+def test_train_step_with_one_micro_batch(pure):
+    run = pure()
+    got = run.values("sparse", "train_step")[0]
+    data = run.inputs["sparse"]
+    model = build_model(SPARSE, data["seed"])
+    opt = torch.optim.AdamW(model.parameters(), **SPARSE["defaults"])
+    for step in range(SPARSE["steps"]):
+        model.use_extra = step == 0  # extra gets no gradient in step 2: AdamW skips it
+        for group in opt.param_groups:
+            group["lr"] = SPARSE["lrs"][step]
+        opt.zero_grad(set_to_none=True)
+        loss_fn(model(data["x"][step]), data["y"][step]).backward()
+        opt.step()
+        for name, p in model.named_parameters():
+            assert_close(got["history"][step][name], p.detach(), tol=tolerance(torch.float64),
+                         what=f"{name} after train_step {step + 1} with one micro-batch",
+                         hint="k = 1 is one ordinary step; zero_grad(set_to_none=True) so "
+                              "that a parameter without a gradient is skipped")
+
+
+@pytest.mark.exercises("save_checkpoint", "load_checkpoint")
+@pytest.mark.points(1)
+def test_checkpoint_without_a_process_group(pure):
+    got = pure().values("no_group_trainer", "save_checkpoint / load_checkpoint")[0]
+    assert got["returned"], (
+        "without a process group save_checkpoint returned None; the process is rank 0 of a "
+        "world of one and returns the checkpoint")
+    assert got["step"] == 1, f"load_checkpoint returned {got['step']}, the saved step was 1"
+    assert got["same"], "without a process group, the resumed run differs from the original"

@@ -1,9 +1,11 @@
 """Unused parameters on 2 ranks: an error by default, zeros with find_unused_parameters=True.
 
-`ghost` is a layer no forward uses; `extra` is used on rank 0 only. Without
-`find_unused_parameters` a backward must raise RuntimeError naming ghost's parameters; with it,
-two backward passes (different data) must leave the average over ranks, zeros for ghost and
-half of rank 0's gradient for extra.
+`ghost` is a layer no forward uses. Built with the default `find_unused_parameters`, a
+backward must raise RuntimeError naming both of ghost's parameters (ghost.weight is the last
+of its bucket). With `find_unused_parameters=True`, `extra` is used by rank 0 in the first
+backward and by nobody in the second: the first must leave half of rank 0's gradient for extra
+and zeros for ghost, the second zeros for both (extra.weight is the last of its bucket, so a
+slot not cleared between backward passes shows).
 """
 
 from __future__ import annotations
@@ -55,7 +57,8 @@ def test_find_unused_parameters_averages_with_zeros(run):
     for step in range(FIND_UNUSED["steps"]):
         per_rank = [local_grads(FIND_UNUSED, data["seed"],
                                 data["x"][step, r * rows:(r + 1) * rows],
-                                data["y"][step, r * rows:(r + 1) * rows], use_extra=(r == 0))
+                                data["y"][step, r * rows:(r + 1) * rows],
+                                use_extra=(r == 0 and step == 0))
                     for r in range(run.world_size)]
         expected = {n: sum(g[n] for g in per_rank) / run.world_size for n in per_rank[0]}
         for rank, value in enumerate(values):
