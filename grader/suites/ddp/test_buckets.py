@@ -57,7 +57,9 @@ def pack_sizes(spec: dict) -> list[tuple[str, int]]:
 
 def layout_id(spec: dict) -> str:
     arch = spec.get("arch", "mlp")
-    return f"{arch}-{spec['dtype']}-cap={spec['cap_mb'] * 1024 * 1024:.0f}B" + (
+    cap = (f"{spec['cap_mb']:g}MiB" if spec["cap_mb"] >= 1 else
+           f"{spec['cap_mb'] * 1024 * 1024:.0f}B")
+    return f"{arch}{spec['sizes'][1]}-{spec['dtype']}-cap={cap}" + (
         "-frozen" if spec.get("frozen") else "") + ("-norm" if spec.get("norm") else "")
 
 
