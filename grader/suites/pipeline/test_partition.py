@@ -1,0 +1,89 @@
+"""partition: the optimal bottleneck, the documented tie rule, corner cases and bad arguments.
+
+All calls run in one single-rank launch. The parent's reference tries every cut (at most 12
+layers, so every combination is cheap) and keeps the best bottleneck, ties broken by the
+longest earliest stages. Costs are integers, so every comparison is exact.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from grader.seeds import seeded_generator
+from grader.suites.pipeline._common import partition_problem, rank_errors, rank_pure
+from harness.cases import Memo, case_value
+
+pytestmark = pytest.mark.exercises("partition")
+MEMO = Memo()
+
+
+def _random_cases() -> list[tuple[list[int], int]]:
+    gen = seeded_generator(77)
+    cases = []
+    for _ in range(40):
+        n = int(torch.randint(2, 13, (1,), generator=gen))
+        p = int(torch.randint(1, min(n, 5) + 1, (1,), generator=gen))
+        cases.append((torch.randint(1, 20, (n,), generator=gen).tolist(), p))
+    return cases
+
+
+OPTIMUM = [([4, 1, 1, 1, 1, 4], 3), ([1, 2, 3, 4, 5, 6, 7, 8], 3), ([10, 1, 1, 1, 1, 1], 2),
+           ([1, 1, 1, 1, 1, 10], 2), ([3, 3, 3, 3], 4), ([5, 1, 5, 1, 5, 1, 5], 4),
+           ([2, 9, 2, 2, 2, 2, 9, 2], 3), ([7], 1), ([1, 2, 3], 1)]
+TIES = [([1, 1, 1, 1], 3), ([2, 2, 2, 2, 2, 2], 4), ([1, 1, 1, 1, 1], 2), ([1, 3, 1, 1, 1, 3], 3),
+        ([0, 0, 0, 0], 2), ([5, 0, 0, 5], 2), ([1, 1, 1], 3)]
+
+
+def _cases() -> dict[str, tuple[list[int], int]]:
+    named = {}
+    for group, items in (("optimum", OPTIMUM), ("ties", TIES), ("random", _random_cases())):
+        for i, (costs, p) in enumerate(items):
+            named[f"{group}-{i}"] = (costs, p)
+    return named
+
+
+def _outcomes(launch) -> tuple[dict, dict]:
+    cases = _cases()
+    calls = [(name, "partition", [list(costs), p], {}) for name, (costs, p) in cases.items()]
+    return cases, MEMO.get("partition", lambda: launch(rank_pure, 1, args=(calls,),
+                                                       timeout=60.0).values[0])
+
+
+def _check(launch, group: str) -> None:
+    cases, got = _outcomes(launch)
+    for name, (costs, p) in cases.items():
+        if name.startswith(group + "-"):
+            problem = partition_problem(costs, p, case_value(got.get(name),
+                                                             f"partition ({name})"))
+            assert not problem, problem
+
+
+@pytest.mark.points(5)
+def test_optimal_bottleneck(launch):
+    _check(launch, "optimum")
+
+
+@pytest.mark.points(3)
+def test_tie_rule_longest_early_stages(launch):
+    _check(launch, "ties")
+
+
+@pytest.mark.points(3)
+def test_random_costs_seeded(launch):
+    _check(launch, "random")
+
+
+BAD = [("stages=0", [[1, 2, 3], 0]), ("stages-more-than-layers", [[1, 2], 3]),
+       ("negative-cost", [[1, -2, 3], 2])]
+
+
+@pytest.mark.points(2)
+def test_bad_arguments(launch):
+    calls = [(name, "partition", args, {}) for name, args in BAD]
+    got = MEMO.get("errors", lambda: launch(rank_errors, 1, args=(calls,),
+                                            timeout=60.0).values[0])
+    for name, args in BAD:
+        raised = case_value(got.get(name), f"partition ({name})")
+        assert raised == "ValueError", (
+            f"partition({args[0]}, {args[1]}) returned instead of raising ValueError ({name})")
