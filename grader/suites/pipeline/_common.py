@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from grader.compare import assert_close
 from grader.seeds import seeded_generator
-from harness import P2P_APIS, CommRecord, Forbid, RankTimeout
+from harness import P2P_APIS, Forbid, RankTimeout
 from harness.cases import Memo
 
 DTYPE = torch.float64
@@ -41,7 +41,7 @@ RECV_OPS = ("recv", "irecv")
 F_UNITS, B_UNITS = 1, 2  # the replay's cost model: a backward costs twice a forward
 
 
-# ---- schedules: the parent's own copy of the documented lists -----------------------------------
+# ---- schedules: the parent's own copy of the documented lists ------------------------------------
 
 def expected_schedule(kind: str, p: int, m: int, s: int, v: int = 1) -> list[tuple]:
     if kind == "gpipe":
@@ -78,39 +78,48 @@ def as_actions(value: Any) -> list[tuple] | None:
         return None
 
 
-def schedule_problem(kind: str, p: int, m: int, s: int, got: Any, v: int = 1) -> str:
-    """'' when `got` is the documented list, else a first line naming the first difference,
-    where it is (warm-up, steady state, cool-down) and the fix."""
+WARMUP_PART = " (in the warm-up)"
+STEADY_PART = " (in the steady 1F1B part)"
+COOLDOWN_PART = " (in the cool-down: the remaining backwards in micro-batch order)"
+GPIPE_PART = " (all forwards in micro-batch order, then all backwards in micro-batch order)"
+
+
+def _part(kind: str, p: int, m: int, s: int, i: int) -> str:
+    if kind == "gpipe":
+        return GPIPE_PART
+    if kind != "1f1b":
+        return ""
+    w = min(p - s - 1, m)
+    return WARMUP_PART if i < w else STEADY_PART if i < w + 2 * (m - w) else COOLDOWN_PART
+
+
+def check_schedule(kind: str, p: int, m: int, s: int, got: Any, v: int = 1) -> None:
+    """Raise AssertionError unless `got` is the documented list; the first line names the first
+    difference, where it is (warm-up, steady state, cool-down) and the fix."""
     call = f"schedule({kind!r}, p={p}, m={m}, stage={s}" + (f", v={v})" if v > 1 else ")")
     want = expected_schedule(kind, p, m, s, v)
     actions = as_actions(got)
     if actions is None:
-        return f"{call} returned {type(got).__name__}, expected a list of tuples"
+        raise AssertionError(f"{call} returned {type(got).__name__}, expected a list of tuples")
     if actions == want:
-        return ""
+        return
     if kind == "1f1b":
         w = min(p - s - 1, m)
         lead = next((i for i, a in enumerate(actions) if not a or a[0] != "F"), len(actions))
         if lead != min(w + 1, m) and lead != w:
-            return (f"{call} starts with {lead} forwards: the warm-up is min(p - stage - 1, m) "
-                    f"= {w} forwards, then F and B alternate")
+            raise AssertionError(
+                f"{call} starts with {lead} forwards: the warm-up is min(p - stage - 1, m) "
+                f"= {w} forwards, then F and B alternate")
     for i, (a, e) in enumerate(zip(actions, want)):
         if a != e:
-            part = ""
-            if kind == "1f1b":
-                w = min(p - s - 1, m)
-                part = (" (in the warm-up)" if i < w else " (in the steady 1F1B part)"
-                        if i < w + 2 * (m - w) else
-                        " (in the cool-down: the remaining backwards in micro-batch order)")
-            elif kind == "gpipe":
-                part = (" (all forwards in micro-batch order, then all backwards in micro-batch "
-                        "order)")
-            return f"{call}: action {i} is {a}, expected {e}{part}"
-    return (f"{call} has {len(actions)} actions, expected {len(want)} (each micro-batch"
-            f"{' and chunk' if kind == 'interleaved' else ''} once as F and once as B)")
+            raise AssertionError(f"{call}: action {i} is {a}, expected {e}"
+                                 f"{_part(kind, p, m, s, i)}")
+    raise AssertionError(
+        f"{call} has {len(actions)} actions, expected {len(want)} (each micro-batch"
+        f"{' and chunk' if kind == 'interleaved' else ''} once as F and once as B)")
 
 
-# ---- the bubble: replaying the actions with their dependencies ----------------------------------
+# ---- the bubble: replaying the actions with their dependencies -----------------------------------
 
 @dataclass
 class Timeline:
@@ -166,7 +175,7 @@ def replay(actions: Sequence[Sequence[tuple]], v: int = 1) -> Timeline:
     return Timeline(max(clock) if clock else Fraction(0), busy, spans)
 
 
-# ---- partition: brute force over every cut ---------------------------------------------------------
+# ---- partition: brute force over every cut -------------------------------------------------------
 
 def reference_partition(costs: Sequence[int], p: int) -> list[tuple[int, int]]:
     """Every cut of len(costs) layers into p non-empty contiguous stages; the best bottleneck,
@@ -192,30 +201,34 @@ def bottleneck(costs: Sequence[int], bounds: Sequence[Sequence[int]]) -> int:
     return max(sum(costs[a:b]) for a, b in bounds)
 
 
-def partition_problem(costs: Sequence[int], p: int, got: Any) -> str:
-    """'' when right; else the first line: invalid cut, worse bottleneck, or tie rule."""
+def check_partition(costs: Sequence[int], p: int, got: Any) -> None:
+    """Raise AssertionError unless `got` is the documented cut: invalid cut, worse bottleneck,
+    or the tie rule, in that order."""
     call = f"partition({list(costs)}, {p})" if len(costs) <= 12 else \
         f"partition(<{len(costs)} costs>, {p})"
     want = reference_partition(costs, p)
     try:
         bounds = [tuple(int(x) for x in pair) for pair in got]
     except (TypeError, ValueError):
-        return f"{call} returned {got!r}, expected a list of (start, end) pairs"
+        raise AssertionError(f"{call} returned {got!r}, expected a list of (start, end) "
+                             f"pairs") from None
     if bounds == want:
-        return ""
+        return
     n = len(costs)
     valid = (len(bounds) == p and all(len(b) == 2 for b in bounds) and bounds[0][0] == 0
              and bounds[-1][1] == n and all(a < b for a, b in bounds)
              and all(bounds[i][1] == bounds[i + 1][0] for i in range(p - 1)))
     if not valid:
-        return (f"{call} returned {bounds}: expected {p} contiguous non-empty (start, end) "
-                f"stages covering 0..{n}")
+        raise AssertionError(f"{call} returned {bounds}: expected {p} contiguous non-empty "
+                             f"(start, end) stages covering 0..{n}")
     if bottleneck(costs, bounds) != bottleneck(costs, want):
-        return (f"{call}: largest stage cost {bottleneck(costs, bounds)}, the optimum is "
-                f"{bottleneck(costs, want)}: balance the stages by their cost, not their "
-                f"number of layers")
-    return (f"{call} returned {bounds}, an optimal cut but not the documented one {want}: on a "
-            f"tie the earliest stages take as many layers as they can")
+        raise AssertionError(
+            f"{call}: largest stage cost {bottleneck(costs, bounds)}, the optimum is "
+            f"{bottleneck(costs, want)}: balance the stages by their cost, not their number "
+            f"of layers")
+    raise AssertionError(f"{call} returned {bounds}, an optimal cut but not the documented "
+                         f"one {want}: on a tie the earliest stages take as many layers as "
+                         f"they can")
 
 
 # ---- rank side: pure functions -------------------------------------------------------------------
@@ -246,7 +259,7 @@ def rank_errors(ctx, calls: list[tuple[str, str, list, dict]]) -> dict:
                            for name, fn, args, kw in calls])
 
 
-# ---- the model: layers, stages, the single-process reference ----------------------------------------
+# ---- the model: layers, stages, the single-process reference -------------------------------------
 
 @dataclass(frozen=True)
 class TrainCase:
@@ -306,7 +319,7 @@ def stage_layers(case: TrainCase, s: int) -> range:
     return range(start, start + case.layers[s])
 
 
-# ---- rank side: train_step with the memory probe -------------------------------------------------------
+# ---- rank side: train_step with the memory probe -------------------------------------------------
 
 def rank_train(ctx, cases: list[dict], datas: list[dict]) -> dict:
     """Every case in its own error scope and log window ('case <name>'): the stage's parameters
@@ -372,6 +385,8 @@ def rank_train(ctx, cases: list[dict], datas: list[dict]) -> dict:
         stage = Stage([data["weights"][i] for i in mine], [data["biases"][i] for i in mine],
                       probe)
         optimizer = torch.optim.SGD(stage.parameters(), lr=0.1)
+        for param in stage.parameters():  # left from an earlier step: train_step discards it
+            param.grad = torch.ones_like(param)
 
         def pack(t: torch.Tensor):
             if probe.current is None:
@@ -460,16 +475,17 @@ def explain(exc: AssertionError) -> AssertionError:
 TRAIN = Memo(explain=explain, hang_timeout=HANG_TIMEOUT_S)
 
 
-def train_runs(launch: Callable[..., Any], cases: Sequence[TrainCase]) -> Any:
-    """One launch (sidecar transport, point-to-point only) for cases of the same p, memoised."""
-    key = tuple(cases)
+def train_runs(launch: Callable[..., Any], impl: Any, cases: Sequence[TrainCase]) -> Any:
+    """One launch (sidecar transport, point-to-point only) for cases of the same p, memoised
+    per implementation (`impl`, the session's --impl)."""
+    key = (impl, tuple(cases))
     p = cases[0].p
     return TRAIN.get(key, lambda: launch(
-        rank_train, p, args=([asdict(c) for c in cases], [make_data(c) for c in cases]), backend=BACKEND,
-        transport=TRANSPORT, forbid=P2P_ONLY, timeout=TRAIN.timeout(TIMEOUT_S)))
+        rank_train, p, args=([asdict(c) for c in cases], [make_data(c) for c in cases]),
+        backend=BACKEND, transport=TRANSPORT, forbid=P2P_ONLY, timeout=TRAIN.timeout(TIMEOUT_S)))
 
 
-# ---- judging train_step -----------------------------------------------------------------------------------
+# ---- judging train_step --------------------------------------------------------------------------
 
 def where(s: int, p: int) -> str:
     return f"[stage {s} of {p}]"
@@ -480,7 +496,7 @@ def check_parity(case: TrainCase, values: Sequence[dict]) -> None:
     first line that names the likely cause when they differ."""
     data = make_data(case)
     gw, gb, loss = reference_grads(case, data)
-    p, m = case.p, case.m
+    p = case.p
     last = p - 1
     got_loss = values[last]["loss"]
     for s in range(p):
@@ -496,9 +512,9 @@ def check_parity(case: TrainCase, values: Sequence[dict]) -> None:
                 if actual is None:
                     raise AssertionError(f"{where(s, p)} {case.name}: layer {i}'s {what} is None"
                                          f": train_step must backpropagate into every stage")
-                hint = _grad_hint(case, data, s, i, what, actual, expected, values)
                 assert_close(actual, expected, what=f"{where(s, p)} {case.name}: layer {i} "
-                             f"{what}", hint=hint, hint_first=True)
+                             f"{what}", hint=_grad_hint(case, data, s, i, what, actual,
+                                                          expected), hint_first=True)
     for s in range(p):
         got = values[s]
         for k, i in enumerate(stage_layers(case, s)):
@@ -521,11 +537,14 @@ def _near(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def _grad_hint(case: TrainCase, data: dict, s: int, i: int, what: str, actual: torch.Tensor,
-               expected: torch.Tensor, values: Sequence[dict]) -> str:
+               expected: torch.Tensor) -> str:
     """The likely cause when `actual` is not `expected` (checked only on a mismatch)."""
     if _near(actual, expected):
         return ""
     m, p = case.m, case.p
+    if _near(actual, expected + 1):
+        return ("what .grad held before the step is still in it: call optimizer.zero_grad() "
+                "once at the start of train_step")
     index = 0 if what == "weight grad" else 1
     if m > 1 and _near(actual, expected * m):
         return (f"{m} times the expected gradient: divide each micro-batch's loss by "

@@ -16,10 +16,10 @@ import pytest
 from grader.suites.pipeline._common import (
     ReplayStuck,
     as_actions,
+    check_schedule,
     rank_errors,
     rank_pure,
     replay,
-    schedule_problem,
 )
 from harness.cases import Memo, case_value
 
@@ -39,40 +39,39 @@ def _calls() -> list[tuple[str, str, list, dict]]:
     return calls
 
 
-def _outcomes(launch) -> dict:
-    return MEMO.get("schedules", lambda: launch(rank_pure, 1, args=(_calls(),),
+def _outcomes(launch, impl) -> dict:
+    return MEMO.get((impl, "schedules"), lambda: launch(rank_pure, 1, args=(_calls(),),
                                                 timeout=120.0).values[0])
 
 
-def _get(launch, name: str):
-    return case_value(_outcomes(launch).get(name), f"schedule ({name})")
+def _get(launch, impl, name: str):
+    return case_value(_outcomes(launch, impl).get(name), f"schedule ({name})")
 
 
-def _check_lists(launch, kind: str, pairs) -> None:
+def _check_lists(launch, impl, kind: str, pairs) -> None:
     for p, m in pairs:
         for s in range(p):
-            problem = schedule_problem(kind, p, m, s, _get(launch, f"{kind}-p={p}-m={m}-s={s}"))
-            assert not problem, problem
+            check_schedule(kind, p, m, s, _get(launch, impl, f"{kind}-p={p}-m={m}-s={s}"))
 
 
 @pytest.mark.points(5)
-def test_gpipe_lists(launch):
-    _check_lists(launch, "gpipe", GRID)
+def test_gpipe_lists(launch, impl):
+    _check_lists(launch, impl, "gpipe", GRID)
 
 
 @pytest.mark.points(4)
-def test_1f1b_lists_more_microbatches_than_stages(launch):
-    _check_lists(launch, "1f1b", [(p, m) for p, m in GRID if m >= p])
+def test_1f1b_lists_more_microbatches_than_stages(launch, impl):
+    _check_lists(launch, impl, "1f1b", [(p, m) for p, m in GRID if m >= p])
 
 
 @pytest.mark.points(3)
-def test_1f1b_lists_fewer_microbatches_than_stages(launch):
-    _check_lists(launch, "1f1b", [(p, m) for p, m in GRID if m < p])
+def test_1f1b_lists_fewer_microbatches_than_stages(launch, impl):
+    _check_lists(launch, impl, "1f1b", [(p, m) for p, m in GRID if m < p])
 
 
-def _replayed(launch, kind: str, p: int, m: int, v: int = 1):
+def _replayed(launch, impl, kind: str, p: int, m: int, v: int = 1):
     suffix = f"-v={v}" if kind == "interleaved" else ""
-    actions = [as_actions(_get(launch, f"{kind}-p={p}-m={m}{suffix}-s={s}")) or []
+    actions = [as_actions(_get(launch, impl, f"{kind}-p={p}-m={m}{suffix}-s={s}")) or []
                for s in range(p)]
     try:
         return replay(actions, v)
@@ -83,9 +82,9 @@ def _replayed(launch, kind: str, p: int, m: int, v: int = 1):
 
 @pytest.mark.points(3)
 @pytest.mark.parametrize("kind", KINDS)
-def test_bubble_fraction(launch, kind):
+def test_bubble_fraction(launch, impl, kind):
     for p, m in GRID:
-        timeline = _replayed(launch, kind, p, m)
+        timeline = _replayed(launch, impl, kind, p, m)
         for s in range(p):
             got, want = timeline.idle_fraction(s), Fraction(p - 1, m + p - 1)
             assert got == want, (
@@ -94,18 +93,17 @@ def test_bubble_fraction(launch, kind):
 
 
 @pytest.mark.points(4)
-def test_stretch_interleaved_lists(launch):
+def test_stretch_interleaved_lists(launch, impl):
     for p, m, v in INTERLEAVED:
         for s in range(p):
-            problem = schedule_problem("interleaved", p, m, s,
-                                       _get(launch, f"interleaved-p={p}-m={m}-v={v}-s={s}"), v)
-            assert not problem, problem
+            check_schedule("interleaved", p, m, s,
+                           _get(launch, impl, f"interleaved-p={p}-m={m}-v={v}-s={s}"), v)
 
 
 @pytest.mark.points(3)
-def test_stretch_interleaved_divides_bubble(launch):
+def test_stretch_interleaved_divides_bubble(launch, impl):
     for p, m, v in INTERLEAVED:
-        timeline = _replayed(launch, "interleaved", p, m, v)
+        timeline = _replayed(launch, impl, "interleaved", p, m, v)
         for s in range(p):
             idle = timeline.makespan - timeline.busy[s]
             want = Fraction(3 * (p - 1), v)  # the plain 1F1B bubble, 3(p-1) units, over v
@@ -125,12 +123,13 @@ BAD = [("kind=unknown", ["zigzag", 2, 2, 0], {}),
 
 
 @pytest.mark.points(3)
-def test_bad_arguments(launch):
+def test_bad_arguments(launch, impl):
     calls = [(name, "schedule", args, kw) for name, args, kw in BAD]
-    got = MEMO.get("errors", lambda: launch(rank_errors, 1, args=(calls,),
+    got = MEMO.get((impl, "errors"), lambda: launch(rank_errors, 1, args=(calls,),
                                             timeout=60.0).values[0])
     for name, args, kw in BAD:
         raised = case_value(got.get(name), f"schedule ({name})")
+        virtual = f", num_virtual={kw['num_virtual']}" if kw else ""
         assert raised == "ValueError", (
-            f"schedule({', '.join(map(repr, args))}{', num_virtual=' + str(kw['num_virtual']) if kw else ''})"
-            f" returned instead of raising ValueError ({name})")
+            f"schedule({', '.join(map(repr, args))}{virtual}) returned instead of raising "
+            f"ValueError ({name})")

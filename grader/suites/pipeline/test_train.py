@@ -13,15 +13,15 @@ from __future__ import annotations
 import pytest
 
 from grader.suites.pipeline._common import (
-    RECV_OPS,
-    SEND_OPS,
-    TrainCase,
     BACKEND,
     P2P_ONLY,
+    RECV_OPS,
+    SEND_OPS,
     TRANSPORT,
+    TrainCase,
     check_parity,
-    rank_train_errors,
     expected_schedule,
+    rank_train_errors,
     train_runs,
     where,
 )
@@ -47,15 +47,15 @@ CASES = {
 ALL = [(p, case) for p, cases in CASES.items() for case in cases]
 
 
-def _values(launch, p: int, case: TrainCase) -> list[dict]:
-    return case_values(train_runs(launch, CASES[p]).values, case.name,
+def _values(launch, impl, p: int, case: TrainCase) -> list[dict]:
+    return case_values(train_runs(launch, impl, CASES[p]).values, case.name,
                        f"train_step ({case.name}, p={p})")
 
 
 @pytest.mark.points(2)
 @pytest.mark.parametrize("p,case", [pytest.param(p, c, id=f"p={p}-{c.name}") for p, c in ALL])
-def test_parity(launch, p, case):
-    check_parity(case, _values(launch, p, case))
+def test_parity(launch, impl, p, case):
+    check_parity(case, _values(launch, impl, p, case))
 
 
 def _expected_messages(case: TrainCase, s: int) -> list[tuple[str, int, int]]:
@@ -86,10 +86,10 @@ def _messages(result, case: TrainCase, s: int) -> list[tuple[str, int, int]]:
 
 @pytest.mark.points(2)
 @pytest.mark.parametrize("p", [pytest.param(p, id=f"p={p}") for p in CASES])
-def test_message_order(launch, p):
-    result = train_runs(launch, CASES[p])
+def test_message_order(launch, impl, p):
+    result = train_runs(launch, impl, CASES[p])
     for case in CASES[p]:
-        _values(launch, p, case)
+        _values(launch, impl, p, case)
         for s in range(p):
             got = [(k, peer) for k, peer, _ in _messages(result, case, s)]
             want = [(k, peer) for k, peer, _ in _expected_messages(case, s)]
@@ -107,10 +107,10 @@ def test_message_order(launch, p):
 
 @pytest.mark.points(1)
 @pytest.mark.parametrize("p", [pytest.param(p, id=f"p={p}") for p in CASES])
-def test_bytes_per_boundary(launch, p):
-    result = train_runs(launch, CASES[p])
+def test_bytes_per_boundary(launch, impl, p):
+    result = train_runs(launch, impl, CASES[p])
     for case in CASES[p]:
-        _values(launch, p, case)
+        _values(launch, impl, p, case)
         size = case.rows // case.m * case.width * 8
         for s in range(p - 1):
             forward = [x for x in _messages(result, case, s) if x[0] == "send" and x[1] == s + 1]
@@ -130,9 +130,10 @@ def _memory_cases(names: dict[int, str]):
 
 
 @pytest.mark.points(1)
-@pytest.mark.parametrize("p,case", _memory_cases({2: "gpipe-m=8-layers=2+2", 3: "gpipe-m=4-layers=3+1+2", 4: "gpipe-m=8"}))
-def test_memory_gpipe(launch, p, case):
-    for s, value in enumerate(_values(launch, p, case)):
+@pytest.mark.parametrize("p,case", _memory_cases(
+    {2: "gpipe-m=8-layers=2+2", 3: "gpipe-m=4-layers=3+1+2", 4: "gpipe-m=8"}))
+def test_memory_gpipe(launch, impl, p, case):
+    for s, value in enumerate(_values(launch, impl, p, case)):
         _check_probe(value, case, s)
         assert value["peak"] == case.m, (
             f"{where(s, p)} {case.name}: activations of {value['peak']} micro-batches were alive "
@@ -140,9 +141,10 @@ def test_memory_gpipe(launch, p, case):
 
 
 @pytest.mark.points(1)
-@pytest.mark.parametrize("p,case", _memory_cases({2: "1f1b-m=4-layers=2+1", 3: "1f1b-m=8-layers=1+2+1", 4: "1f1b-m=8-layers=2+1+1+2"}))
-def test_memory_1f1b(launch, p, case):
-    for s, value in enumerate(_values(launch, p, case)):
+@pytest.mark.parametrize("p,case", _memory_cases(
+    {2: "1f1b-m=4-layers=2+1", 3: "1f1b-m=8-layers=1+2+1", 4: "1f1b-m=8-layers=2+1+1+2"}))
+def test_memory_1f1b(launch, impl, p, case):
+    for s, value in enumerate(_values(launch, impl, p, case)):
         _check_probe(value, case, s)
         bound = min(case.m, p - s)
         assert value["peak"] <= bound, (
