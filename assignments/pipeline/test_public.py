@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from grader.compare import assert_close
 from grader.seeds import seeded_generator
 from harness import P2P_APIS, Forbid, RankTimeout
+from harness.cases import Memo, case_values
 
 TIMEOUT_S = 60.0
 HANG_TIMEOUT_S = 20.0
@@ -39,7 +40,16 @@ def rank_schedules(ctx, cases):
     return [[list(a) for a in pl.schedule(kind, p, m, s)] for kind, p, m, s in cases]
 
 
-def rank_train(ctx, kind, m, weights, biases, batch, targets):
+def rank_train(ctx, m, weights, biases, batch, targets):
+    """GPipe, then 1F1B, each in its own error scope (a failure in one leaves the other)."""
+    from harness.cases import run_cases
+
+    return run_cases(ctx, [(kind, lambda k=kind: train_one(ctx, k, m, weights, biases, batch,
+                                                            targets))
+                           for kind in ("gpipe", "1f1b")])
+
+
+def train_one(ctx, kind, m, weights, biases, batch, targets):
     """Stage s holds layer s (Linear + tanh); the parent sent every layer's weights."""
     pl = ctx.impl_module("pipeline", "pipeline")
     s, p = ctx.rank, ctx.world_size
@@ -106,12 +116,22 @@ def test_partition(launch):
                         "stages take as many layers as they can")
 
 
+SCHEDULES = [("gpipe", 3, 2, s) for s in range(3)] + [("1f1b", 4, 6, s) for s in range(4)]
+SCHEDULES += [("1f1b", 4, 2, s) for s in range(4)]
+SCHEDULES += [(kind, 4, 8, s) for kind in ("gpipe", "1f1b") for s in range(4)]  # the bubble
+MEMO = Memo()  # one launch per implementation for the schedule tests, one for train_step
+
+
+def _schedules(launch, impl):
+    return MEMO.get((impl, "schedules"), lambda: dict(zip(SCHEDULES, launch(
+        rank_schedules, 1, args=(SCHEDULES,), timeout=TIMEOUT_S).values[0])))
+
+
 @pytest.mark.exercises("schedule")
 @pytest.mark.points(5)
-def test_schedules(launch):
-    cases = [("gpipe", 3, 2, s) for s in range(3)] + [("1f1b", 4, 6, s) for s in range(4)]
-    cases += [("1f1b", 4, 2, s) for s in range(4)]
-    got = launch(rank_schedules, 1, args=(cases,), timeout=TIMEOUT_S).values[0]
+def test_schedules(launch, impl):
+    cases = SCHEDULES[:11]
+    got = [_schedules(launch, impl)[c] for c in cases]
     for (kind, p, m, s), g in zip(cases, got):
         if kind == "gpipe":
             e = [["F", i] for i in range(m)] + [["B", i] for i in range(m)]
@@ -134,10 +154,10 @@ def test_schedules(launch):
 
 @pytest.mark.exercises("schedule")
 @pytest.mark.points(3)
-def test_bubble(launch):
+def test_bubble(launch, impl):
     p, m = 4, 8
     cases = [(kind, p, m, s) for kind in ("gpipe", "1f1b") for s in range(p)]
-    got = launch(rank_schedules, 1, args=(cases,), timeout=TIMEOUT_S).values[0]
+    got = [_schedules(launch, impl)[c] for c in cases]
     for k, kind in enumerate(("gpipe", "1f1b")):
         makespan, busy = replay(got[k * p:(k + 1) * p])
         for s in range(p):
@@ -181,10 +201,24 @@ def _hint(got, want, m, last_only, s, p):
     return "compare with one process training the whole model on the whole batch"
 
 
+def _explain(exc):
+    if isinstance(exc, RankTimeout):
+        return AssertionError(
+            "train_step hung (a deadlock): under 1F1B a stage sends an activation and then "
+            "waits for a gradient while its neighbour does the opposite; post sends with "
+            f"dist.isend and wait for them at the end of the step\n{exc}")
+    if "second time" in str(exc) or "freed" in str(exc):
+        return AssertionError(
+            "train_step ran a backward on a graph that was already used: keep every "
+            "in-flight micro-batch's input and output until its own B (one per micro-batch, "
+            f"not only the latest)\n{exc}")
+    return exc
+
+
 @pytest.mark.exercises("train_step")
 @pytest.mark.points(4)
 @pytest.mark.parametrize("kind", ["gpipe", "1f1b"])
-def test_train_step_two_stages(launch, kind):
+def test_train_step_two_stages(launch, impl, kind):
     p, m = 2, 4
     gen = seeded_generator(5)
     weights = [torch.randn(WIDTH, WIDTH, generator=gen, dtype=torch.float64) * 0.7
@@ -193,20 +227,12 @@ def test_train_step_two_stages(launch, kind):
     batch = torch.randn(ROWS, WIDTH, generator=gen, dtype=torch.float64)
     targets = torch.randn(ROWS, WIDTH, generator=gen, dtype=torch.float64)
     try:
-        values = launch(rank_train, p, args=(kind, m, weights, biases, batch, targets),
-                        forbid=P2P_ONLY, timeout=HANG_TIMEOUT_S).values
-    except RankTimeout as exc:
-        raise AssertionError(
-            "train_step hung (a deadlock): under 1F1B a stage sends an activation and then "
-            "waits for a gradient while its neighbour does the opposite; post sends with "
-            f"dist.isend and wait for them at the end of the step\n{exc}") from None
+        result = MEMO.get((impl, "train"), lambda: launch(
+            rank_train, p, args=(m, weights, biases, batch, targets), forbid=P2P_ONLY,
+            timeout=HANG_TIMEOUT_S))
+        values = case_values(result.values, kind, f"train_step ({kind})")
     except AssertionError as exc:
-        if "second time" in str(exc) or "freed" in str(exc):
-            raise AssertionError(
-                "train_step ran a backward on a graph that was already used: keep every "
-                "in-flight micro-batch's input and output until its own B (one per micro-batch, "
-                f"not only the latest)\n{exc}") from None
-        raise
+        raise _explain(exc) from None
     gw, gb, loss = _reference(m, weights, biases, batch, targets)
     lw, lb, _ = _reference(m, weights, biases, batch, targets, only=[m - 1])
     for s in reversed(range(p)):

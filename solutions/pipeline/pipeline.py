@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-KINDS = ("gpipe", "1f1b", "interleaved")
+_KINDS = ("gpipe", "1f1b", "interleaved")
 
 
 # ---- 1. partitioning ---------------------------------------------------------------------------
@@ -73,8 +73,8 @@ def partition(costs: Sequence[float], num_stages: int) -> list[tuple[int, int]]:
 
 def _check_schedule_args(kind: str, num_stages: int, num_microbatches: int, stage: int,
                          num_virtual: int) -> None:
-    if kind not in KINDS:
-        raise ValueError(f"unknown schedule kind {kind!r}; expected one of {KINDS}")
+    if kind not in _KINDS:
+        raise ValueError(f"unknown schedule kind {kind!r}; expected one of {_KINDS}")
     if num_stages < 1 or num_microbatches < 1:
         raise ValueError("num_stages and num_microbatches must be at least 1")
     if not 0 <= stage < num_stages:

@@ -233,30 +233,24 @@ def check_partition(costs: Sequence[int], p: int, got: Any) -> None:
 
 # ---- rank side: pure functions -------------------------------------------------------------------
 
-def rank_pure(ctx, calls: list[tuple[str, str, list, dict]]) -> dict:
-    """`calls`: (case name, function name, args, kwargs), each in its own error scope."""
-    from harness.cases import run_cases
-
-    mod = ctx.impl_module("pipeline", "pipeline")
-    return run_cases(ctx, [(name, lambda f=fn, a=args, k=kw: getattr(mod, f)(*a, **k))
-                           for name, fn, args, kw in calls])
-
-
-def rank_errors(ctx, calls: list[tuple[str, str, list, dict]]) -> dict:
-    """Each call must raise ValueError: the case returns the exception's type name, or 'none'."""
+def rank_pure(ctx, calls: list[tuple[str, str, list, dict, bool]]) -> dict:
+    """`calls`: (case name, function name, args, kwargs, must raise), each in its own error
+    scope. A call that must raise ValueError returns "ValueError" if it did, else "none"."""
     from harness.cases import run_cases
 
     mod = ctx.impl_module("pipeline", "pipeline")
 
-    def attempt(fn: str, args: list, kw: dict) -> str:
+    def attempt(fn: str, args: list, kw: dict, must_raise: bool):
+        if not must_raise:
+            return getattr(mod, fn)(*args, **kw)
         try:
             getattr(mod, fn)(*args, **kw)
         except ValueError:
             return "ValueError"
         return "none"
 
-    return run_cases(ctx, [(name, lambda f=fn, a=args, k=kw: attempt(f, a, k))
-                           for name, fn, args, kw in calls])
+    return run_cases(ctx, [(name, lambda f=fn, a=args, k=kw, r=bad: attempt(f, a, k, r))
+                           for name, fn, args, kw, bad in calls])
 
 
 # ---- the model: layers, stages, the single-process reference -------------------------------------
@@ -266,7 +260,6 @@ class TrainCase:
     """One train_step call on every rank: the model's layers are Linear(width, width) + tanh;
     `layers[s]` of them on stage s; a batch of `rows` rows cut into `m` micro-batches."""
 
-    name: str
     kind: str
     m: int
     layers: tuple[int, ...]
@@ -277,6 +270,10 @@ class TrainCase:
     @property
     def p(self) -> int:
         return len(self.layers)
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind}-m={self.m}-layers={'+'.join(map(str, self.layers))}"
 
 
 def make_data(case: TrainCase) -> dict[str, Any]:
@@ -321,9 +318,10 @@ def stage_layers(case: TrainCase, s: int) -> range:
 
 # ---- rank side: train_step with the memory probe -------------------------------------------------
 
-def rank_train(ctx, cases: list[dict], datas: list[dict]) -> dict:
+def rank_train(ctx, cases: list[dict], datas: list[dict], with_errors: bool = False) -> dict:
     """Every case in its own error scope and log window ('case <name>'): the stage's parameters
-    and gradients after the step, the returned loss, and the memory probe's readings."""
+    and gradients after the step, the returned loss, and the memory probe's readings. With
+    `with_errors`, the bad-argument cases of `train_error_cases` run first."""
     import weakref
 
     import torch
@@ -418,22 +416,26 @@ def rank_train(ctx, cases: list[dict], datas: list[dict]) -> dict:
                 "loss": loss, "peak": probe.peak, "packs": probe.packs,
                 "forwards": probe.forwards, "alive_after": len(probe.live)}
 
-    return run_cases(ctx, [(c["name"], lambda c=c, d=d: run(c, d)) for c, d in zip(cases, datas)])
+    parts = train_error_cases(ctx, mod) if with_errors else []
+    parts += [(c["name"], lambda c=c, d=d: run(c, d)) for c, d in zip(cases, datas)]
+    return run_cases(ctx, parts)
 
 
-def rank_train_errors(ctx, rows: int) -> dict:
+TRAIN_ERRORS = ("kind=interleaved", "kind=unknown", "microbatches=0", "rows-not-divisible")
+
+
+def train_error_cases(ctx, mod) -> list:
     """train_step calls that must raise ValueError before any communication; each case
-    returns the exception's type name, or 'none'."""
+    returns the exception's type name, or 'none', in its log window 'case <name>'."""
     import torch
     import torch.nn.functional as F
     from torch import nn
 
-    from harness.cases import run_cases
-
-    mod = ctx.impl_module("pipeline", "pipeline")
     s, p = ctx.rank, ctx.world_size
+    rows = 8
 
-    def attempt(**kw) -> str:
+    def attempt(name: str, **kw) -> str:
+        ctx.mark(f"case {name}")
         torch.manual_seed(0)
         stage = nn.Linear(4, 4, dtype=torch.float64)
         optimizer = torch.optim.SGD(stage.parameters(), lr=0.1)
@@ -448,12 +450,10 @@ def rank_train_errors(ctx, rows: int) -> dict:
             return "ValueError"
         return "none"
 
-    return run_cases(ctx, [
-        ("kind=interleaved", lambda: attempt(kind="interleaved")),
-        ("kind=unknown", lambda: attempt(kind="zigzag")),
-        ("microbatches=0", lambda: attempt(num_microbatches=0)),
-        ("rows-not-divisible", lambda: attempt(num_microbatches=3)),
-    ])
+    changes = [{"kind": "interleaved"}, {"kind": "zigzag"}, {"num_microbatches": 0},
+               {"num_microbatches": 3}]
+    return [(name, lambda n=name, kw=kw: attempt(n, **kw))
+            for name, kw in zip(TRAIN_ERRORS, changes)]
 
 
 def explain(exc: AssertionError) -> AssertionError:
@@ -477,11 +477,13 @@ TRAIN = Memo(explain=explain, hang_timeout=HANG_TIMEOUT_S)
 
 def train_runs(launch: Callable[..., Any], impl: Any, cases: Sequence[TrainCase]) -> Any:
     """One launch (sidecar transport, point-to-point only) for cases of the same p, memoised
-    per implementation (`impl`, the session's --impl)."""
+    per implementation (`impl`, the session's --impl); the 2-stage one runs the bad-argument
+    cases first."""
     key = (impl, tuple(cases))
     p = cases[0].p
     return TRAIN.get(key, lambda: launch(
-        rank_train, p, args=([asdict(c) for c in cases], [make_data(c) for c in cases]),
+        rank_train, p, args=([{**asdict(c), "name": c.name} for c in cases],
+                             [make_data(c) for c in cases], p == 2),
         backend=BACKEND, transport=TRANSPORT, forbid=P2P_ONLY, timeout=TRAIN.timeout(TIMEOUT_S)))
 
 

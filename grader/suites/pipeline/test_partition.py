@@ -11,11 +11,13 @@ import pytest
 import torch
 
 from grader.seeds import seeded_generator
-from grader.suites.pipeline._common import check_partition, rank_errors, rank_pure
+from grader.suites.pipeline._common import check_partition, rank_pure
 from harness.cases import Memo, case_value
 
 pytestmark = pytest.mark.exercises("partition")
 MEMO = Memo()
+BAD = [("stages=0", [[1, 2, 3], 0]), ("stages-more-than-layers", [[1, 2], 3]),
+       ("negative-cost", [[1, -2, 3], 2])]
 
 
 def _random_cases() -> list[tuple[list[int], int]]:
@@ -45,7 +47,9 @@ def _cases() -> dict[str, tuple[list[int], int]]:
 
 def _outcomes(launch, impl) -> tuple[dict, dict]:
     cases = _cases()
-    calls = [(name, "partition", [list(costs), p], {}) for name, (costs, p) in cases.items()]
+    calls = [(name, "partition", [list(costs), p], {}, False)
+             for name, (costs, p) in cases.items()]
+    calls += [(name, "partition", args, {}, True) for name, args in BAD]
     return cases, MEMO.get((impl, "partition"), lambda: launch(rank_pure, 1, args=(calls,),
                                                        timeout=60.0).values[0])
 
@@ -72,15 +76,9 @@ def test_random_costs_seeded(launch, impl):
     _check(launch, impl, "random")
 
 
-BAD = [("stages=0", [[1, 2, 3], 0]), ("stages-more-than-layers", [[1, 2], 3]),
-       ("negative-cost", [[1, -2, 3], 2])]
-
-
 @pytest.mark.points(2)
 def test_bad_arguments(launch, impl):
-    calls = [(name, "partition", args, {}) for name, args in BAD]
-    got = MEMO.get((impl, "errors"), lambda: launch(rank_errors, 1, args=(calls,),
-                                            timeout=60.0).values[0])
+    _, got = _outcomes(launch, impl)
     for name, args in BAD:
         raised = case_value(got.get(name), f"partition ({name})")
         assert raised == "ValueError", (

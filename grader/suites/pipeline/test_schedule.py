@@ -17,7 +17,6 @@ from grader.suites.pipeline._common import (
     ReplayStuck,
     as_actions,
     check_schedule,
-    rank_errors,
     rank_pure,
     replay,
 )
@@ -29,14 +28,22 @@ GRID = [(p, m) for p in range(1, 7) for m in range(1, 13)]
 INTERLEAVED = [(2, 2, 2), (2, 4, 3), (3, 6, 2), (4, 8, 2), (4, 4, 3), (4, 12, 4)]
 KINDS = ("gpipe", "1f1b")
 MEMO = Memo()
+BAD = [("kind=unknown", ["zigzag", 2, 2, 0], {}),
+       ("microbatches=0", ["gpipe", 2, 0, 0], {}),
+       ("stages=0", ["1f1b", 0, 2, 0], {}),
+       ("stage=p", ["1f1b", 2, 4, 2], {}),
+       ("stage=-1", ["gpipe", 2, 4, -1], {}),
+       ("1f1b-virtual=2", ["1f1b", 2, 4, 0], {"num_virtual": 2}),
+       ("interleaved-virtual=1", ["interleaved", 2, 4, 0], {"num_virtual": 1}),
+       ("interleaved-m-not-divisible", ["interleaved", 2, 3, 0], {"num_virtual": 2})]
 
 
 def _calls() -> list[tuple[str, str, list, dict]]:
-    calls = [(f"{k}-p={p}-m={m}-s={s}", "schedule", [k, p, m, s], {})
+    calls = [(f"{k}-p={p}-m={m}-s={s}", "schedule", [k, p, m, s], {}, False)
              for k in KINDS for p, m in GRID for s in range(p)]
     calls += [(f"interleaved-p={p}-m={m}-v={v}-s={s}", "schedule", ["interleaved", p, m, s],
-               {"num_virtual": v}) for p, m, v in INTERLEAVED for s in range(p)]
-    return calls
+               {"num_virtual": v}, False) for p, m, v in INTERLEAVED for s in range(p)]
+    return calls + [(name, "schedule", args, kw, True) for name, args, kw in BAD]
 
 
 def _outcomes(launch, impl) -> dict:
@@ -112,21 +119,9 @@ def test_stretch_interleaved_divides_bubble(launch, impl):
                 f"units, expected 3(p-1)/v = {float(want):.3f} (forward 1/v, backward 2/v)")
 
 
-BAD = [("kind=unknown", ["zigzag", 2, 2, 0], {}),
-       ("microbatches=0", ["gpipe", 2, 0, 0], {}),
-       ("stages=0", ["1f1b", 0, 2, 0], {}),
-       ("stage=p", ["1f1b", 2, 4, 2], {}),
-       ("stage=-1", ["gpipe", 2, 4, -1], {}),
-       ("1f1b-virtual=2", ["1f1b", 2, 4, 0], {"num_virtual": 2}),
-       ("interleaved-virtual=1", ["interleaved", 2, 4, 0], {"num_virtual": 1}),
-       ("interleaved-m-not-divisible", ["interleaved", 2, 3, 0], {"num_virtual": 2})]
-
-
 @pytest.mark.points(3)
 def test_bad_arguments(launch, impl):
-    calls = [(name, "schedule", args, kw) for name, args, kw in BAD]
-    got = MEMO.get((impl, "errors"), lambda: launch(rank_errors, 1, args=(calls,),
-                                            timeout=60.0).values[0])
+    got = _outcomes(launch, impl)
     for name, args, kw in BAD:
         raised = case_value(got.get(name), f"schedule ({name})")
         virtual = f", num_virtual={kw['num_virtual']}" if kw else ""
