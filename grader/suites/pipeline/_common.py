@@ -421,7 +421,7 @@ def rank_train(ctx, cases: list[dict], datas: list[dict], with_errors: bool = Fa
     return run_cases(ctx, parts)
 
 
-TRAIN_ERRORS = ("kind=interleaved", "kind=unknown", "microbatches=0", "rows-not-divisible")
+TRAIN_ERRORS = ("interleaved", "kind=unknown", "microbatches=0", "rows-not-div")
 
 
 def train_error_cases(ctx, mod) -> list:

@@ -16,7 +16,7 @@ from harness.cases import Memo, case_value
 
 pytestmark = pytest.mark.exercises("partition")
 MEMO = Memo()
-BAD = [("stages=0", [[1, 2, 3], 0]), ("stages-more-than-layers", [[1, 2], 3]),
+BAD = [("stages=0", [[1, 2, 3], 0]), ("stages>layers", [[1, 2], 3]),
        ("negative-cost", [[1, -2, 3], 2])]
 
 

@@ -34,8 +34,8 @@ BAD = [("kind=unknown", ["zigzag", 2, 2, 0], {}),
        ("stage=p", ["1f1b", 2, 4, 2], {}),
        ("stage=-1", ["gpipe", 2, 4, -1], {}),
        ("1f1b-virtual=2", ["1f1b", 2, 4, 0], {"num_virtual": 2}),
-       ("interleaved-virtual=1", ["interleaved", 2, 4, 0], {"num_virtual": 1}),
-       ("interleaved-m-not-divisible", ["interleaved", 2, 3, 0], {"num_virtual": 2})]
+       ("interleaved-v=1", ["interleaved", 2, 4, 0], {"num_virtual": 1}),
+       ("interleaved-m%p", ["interleaved", 2, 3, 0], {"num_virtual": 2})]
 
 
 def _calls() -> list[tuple[str, str, list, dict]]:

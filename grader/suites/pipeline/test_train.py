@@ -122,13 +122,14 @@ def test_bytes_per_boundary(launch, impl, p):
                         f"micro-batch, the micro-batch's {name} and nothing else)")
 
 
-def _memory_cases(names: dict[int, str]):
-    return [pytest.param(p, c, id=f"p={p}-{c.name}") for p, c in ALL if names.get(p) == c.name]
+def _memory_cases(kind: str, m_by_p: dict[int, int]):
+    """The case of each p with this kind and m (one per number of stages)."""
+    return [pytest.param(p, c, id=f"p={p}-{c.name}") for p, c in ALL
+            if c.kind == kind and m_by_p.get(p) == c.m]
 
 
 @pytest.mark.points(1)
-@pytest.mark.parametrize("p,case", _memory_cases(
-    {2: "gpipe-m=8-layers=2+2", 3: "gpipe-m=4-layers=3+1+2", 4: "gpipe-m=8-layers=1+1+1+1"}))
+@pytest.mark.parametrize("p,case", _memory_cases("gpipe", {2: 8, 3: 4, 4: 8}))
 def test_memory_gpipe(launch, impl, p, case):
     for s, value in enumerate(_values(launch, impl, p, case)):
         _check_probe(value, case, s)
@@ -138,8 +139,7 @@ def test_memory_gpipe(launch, impl, p, case):
 
 
 @pytest.mark.points(1)
-@pytest.mark.parametrize("p,case", _memory_cases(
-    {2: "1f1b-m=4-layers=2+1", 3: "1f1b-m=8-layers=1+2+1", 4: "1f1b-m=8-layers=2+1+1+2"}))
+@pytest.mark.parametrize("p,case", _memory_cases("1f1b", {2: 4, 3: 8, 4: 8}))
 def test_memory_1f1b(launch, impl, p, case):
     for s, value in enumerate(_values(launch, impl, p, case)):
         _check_probe(value, case, s)
