@@ -330,6 +330,10 @@ def rank_train(ctx, cases: list[dict], datas: list[dict], with_errors: bool = Fa
 
     from harness.cases import run_cases
 
+    # Bound before the submission is imported, so nothing it does at import can replace them.
+    hooks = torch.autograd.graph.saved_tensors_hooks
+    finalize = weakref.finalize
+
     class Probe:
         """Live saved tensors per micro-batch, packed by this stage's module forward."""
 
@@ -337,7 +341,7 @@ def rank_train(ctx, cases: list[dict], datas: list[dict], with_errors: bool = Fa
             self.current: int | None = None
             self.live: dict[int, int] = {}
             self.peak = 0
-            self.packs = 0
+            self.packs: dict[int, int] = {}  # saved tensors per forward call
             self.forwards = 0
 
         def release(self, tag: int) -> None:
@@ -392,8 +396,8 @@ def rank_train(ctx, cases: list[dict], datas: list[dict], with_errors: bool = Fa
             held = Held(t)
             tag = probe.current
             probe.live[tag] = probe.live.get(tag, 0) + 1
-            probe.packs += 1
-            weakref.finalize(held, probe.release, tag)
+            probe.packs[tag] = probe.packs.get(tag, 0) + 1
+            finalize(held, probe.release, tag)
             probe.peak = max(probe.peak, len(probe.live))
             return held
 
@@ -402,7 +406,7 @@ def rank_train(ctx, cases: list[dict], datas: list[dict], with_errors: bool = Fa
 
         b = case['rows'] // case['m']
         ctx.mark(f"case {case['name']}")
-        with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+        with hooks(pack, unpack):
             loss = mod.train_step(
                 stage, optimizer, kind=case['kind'], num_microbatches=case['m'],
                 in_shape=(b, case['width']), batch=data["batch"] if s == 0 else None,
@@ -413,7 +417,8 @@ def rank_train(ctx, cases: list[dict], datas: list[dict], with_errors: bool = Fa
                 "biases": [layer.bias.detach().clone() for layer in stage.layers],
                 "weight_grads": [layer.weight.grad for layer in stage.layers],
                 "bias_grads": [layer.bias.grad for layer in stage.layers],
-                "loss": loss, "peak": probe.peak, "packs": probe.packs,
+                "loss": loss, "peak": probe.peak,
+                "packs": [probe.packs.get(t, 0) for t in range(probe.forwards)],
                 "forwards": probe.forwards, "alive_after": len(probe.live)}
 
     parts = train_error_cases(ctx, mod) if with_errors else []

@@ -156,10 +156,12 @@ def _check_probe(value: dict, case: TrainCase, s: int) -> None:
         raise AssertionError(f"{where(s, p)} {case.name}: stage_module was called "
                              f"{value['forwards']} times, expected once per micro-batch "
                              f"({case.m})")
-    if value["packs"] == 0:
-        raise AssertionError(f"{where(s, p)} {case.name}: autograd saved no tensor in the stage's"
-                             f" forward: run stage_module under autograd, with no saved-tensor "
-                             f"hooks of your own")
+    packs = value["packs"]
+    if min(packs) == 0 or len(set(packs)) != 1:
+        raise AssertionError(f"{where(s, p)} {case.name}: autograd saved {packs} tensors in the "
+                             f"stage's forward calls, expected the same positive number in each"
+                             f": run stage_module under autograd, with no saved-tensor hooks "
+                             f"of your own")
     if value["alive_after"]:
         raise AssertionError(f"{where(s, p)} {case.name}: {value['alive_after']} micro-batches' "
                              f"activations are still alive after the step: free each "
