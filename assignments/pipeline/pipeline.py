@@ -17,6 +17,7 @@ Conventions:
 - Nothing here may use a collective (all_reduce, broadcast, barrier, ...): the only
   communication is `dist.isend`/`dist.send` and `dist.recv`/`dist.irecv` between neighbouring
   stages (README §5.2).
+- Tensors live on the CPU (the suites run gloo); allocate receive buffers there.
 """
 
 from __future__ import annotations
