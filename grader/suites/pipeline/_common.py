@@ -27,6 +27,11 @@ from grader.compare import assert_close, tolerance
 from grader.seeds import seeded_generator
 from harness import P2P_APIS, Forbid, RankTimeout
 from harness.cases import Memo
+from harness.launcher import preload
+
+# The stages step a torch.optim optimizer, whose first use imports torch._dynamo: seconds per
+# rank unless the forkserver has it.
+preload("torch._dynamo")
 
 DTYPE = torch.float64
 BACKEND = "gloo"
