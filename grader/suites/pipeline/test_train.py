@@ -52,7 +52,7 @@ def _values(launch, impl, p: int, case: TrainCase) -> list[dict]:
 
 @pytest.mark.points(2)
 @pytest.mark.parametrize("p,case", [pytest.param(p, c, id=f"p={p}-{c.name}") for p, c in ALL])
-def test_parity(launch, impl, p, case):
+def test_stages_match_single_process(launch, impl, p, case):
     check_parity(case, _values(launch, impl, p, case))
 
 
