@@ -129,7 +129,9 @@ class _Unit:
         """Each parameter name of the unit becomes a view of the flat leaf (autograd-tracked)."""
         assert self.full is not None
         for owner, attr, shape, offset, numel in self.layout:
-            setattr(owner, attr, self.full[offset:offset + numel].view(shape))
+            # A non-persistent buffer: `owner.weight` finds it, `parameters()` does not.
+            owner.register_buffer(attr, self.full[offset:offset + numel].view(shape),
+                                  persistent=False)
 
     # -- the four hooks -------------------------------------------------------------------
     def _pre_forward(self, _module: nn.Module, _args: Any) -> None:
