@@ -166,7 +166,9 @@ def rank_zero3(ctx: Any, seed: int, x: torch.Tensor, y: torch.Tensor) -> dict:
         out: dict[str, Any] = {"param_is_shard": [id(s) for s in shards] == param_ids,
                                "shard_numel": [s.numel() for s in shards]}
         for s in range(x.shape[0]):
-            ProbeLinear.probe = (lambda: probes.append(live_bytes(threshold, before))) if s == 0 else None
+            ProbeLinear.probe = None
+            if s == 0:
+                ProbeLinear.probe = lambda: probes.append(live_bytes(threshold, before))
             ctx.mark(f"{name} step{s} forward")
             loss = ((wrapped(x[s]) - y[s]) ** 2).mean()
             ctx.mark(f"{name} step{s} backward")
@@ -259,7 +261,8 @@ def build_f2(seed: int, dtype: torch.dtype = torch.float32) -> F2Net:
     return F2Net().to(dtype)
 
 
-def f2_data(world_size: int, steps: int, batch: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+def f2_data(world_size: int, steps: int, batch: int, seed: int
+            ) -> tuple[torch.Tensor, torch.Tensor]:
     gen = seeded_generator(seed)
     x = torch.randn(steps, world_size * batch, IN, generator=gen)
     y = torch.randn(steps, world_size * batch, OUT, generator=gen)

@@ -11,10 +11,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grader.compare import bound
+from grader.compare import assert_close, bound
 from grader.suites.fsdp._checkpoint import REDUCE_MEAN, case4, ckpt4
 from grader.suites.fsdp._common import F2_BLOCKS, IN, WIDTH, build_f2, where
-from grader.compare import assert_close
 
 pytestmark = pytest.mark.exercises("shard_model")
 
