@@ -191,7 +191,7 @@ def rank_zero3(ctx: Any, seed: int, x: torch.Tensor, y: torch.Tensor) -> dict:
     return run_cases(ctx, [(name, lambda name=name: train(name)) for name in Z3_CONFIGS])
 
 
-def launch_zero3(launch: Any) -> Any:
+def launch_zero3(launch: Any, impl: Any) -> Any:
     def make() -> Any:
         x, y = z3_data(Z3_WORLD)
         seed = shifted(Z3_SEED)
@@ -200,7 +200,7 @@ def launch_zero3(launch: Any) -> Any:
                         timeout=MEMO.timeout(LAUNCH_TIMEOUT))
         refs = {name: z3_reference(name, seed, x, y) for name in Z3_CONFIGS}
         return result, refs
-    return MEMO.get("zero3", make)
+    return MEMO.get(("zero3", impl), make)
 
 
 def flat_of(params: dict[str, torch.Tensor], world_size: int, block: int) -> torch.Tensor:
@@ -216,10 +216,10 @@ def where(rank: int, world_size: int) -> str:
     return f"[rank {rank} of {world_size}]"
 
 
-def z3_case(launch: Any, name: str) -> tuple[Any, list[dict], dict]:
+def z3_case(launch: Any, impl: Any, name: str) -> tuple[Any, list[dict], dict]:
     """(launch result, the case's value per rank, the reference); raises the case's error (not
     implemented, a crash) in the test that reads it."""
-    result, refs = launch_zero3(launch)
+    result, refs = launch_zero3(launch, impl)
     values = [case_value(v[name], f"Zero3 ({name})", rank=r, world_size=Z3_WORLD)
               for r, v in enumerate(result.values)]
     return result, values, refs[name]

@@ -22,8 +22,8 @@ FINAL_TOL = steps_bound(torch.float32, steps=STEPS, depth_per_step=256).scaled(8
 
 @pytest.mark.points(2)
 @pytest.mark.exercises("shard_model", "save_checkpoint")
-def test_every_rank_writes_its_own_shards(launch):
-    saved = case4(launch, "save")
+def test_every_rank_writes_its_own_shards(launch, impl):
+    saved = case4(launch, impl, "save")
     assert ".metadata" in saved[0]["files"], (
         f"[rank 0 of 4] wrote {sorted(saved[0]['files'])}; DCP's rank 0 writes .metadata")
     for rank, value in enumerate(saved):
@@ -35,8 +35,8 @@ def test_every_rank_writes_its_own_shards(launch):
 
 @pytest.mark.points(5)
 @pytest.mark.exercises("shard_model", "save_checkpoint", "load_checkpoint")
-def test_round_trip_is_bit_exact_across_world_sizes(launch):
-    saved, loaded = case4(launch, "save"), case2(launch, "load")
+def test_round_trip_is_bit_exact_across_world_sizes(launch, impl):
+    saved, loaded = case4(launch, impl, "save"), case2(launch, impl, "load")
     for name in saved[0]["params"]:
         before = joined([v["params"] for v in saved], name)
         after = joined([v["params"] for v in loaded], name)
@@ -55,8 +55,8 @@ def test_round_trip_is_bit_exact_across_world_sizes(launch):
 
 @pytest.mark.points(6)
 @pytest.mark.exercises("shard_model", "save_checkpoint", "load_checkpoint")
-def test_resume_on_two_ranks_equals_continuing_on_four(launch):
-    four, two = case4(launch, "more steps"), case2(launch, "more steps")
+def test_resume_on_two_ranks_equals_continuing_on_four(launch, impl):
+    four, two = case4(launch, impl, "more steps"), case2(launch, impl, "more steps")
     for name in four[0]:
         assert_close(joined(two, name), joined(four, name), dtype=torch.float32, tol=RESUME_TOL,
                      what=f"{name} after 2 steps resumed on 2 ranks vs continued on 4",
@@ -65,9 +65,9 @@ def test_resume_on_two_ranks_equals_continuing_on_four(launch):
 
 @pytest.mark.points(3)
 @pytest.mark.exercises("shard_model", "full_state_dict")
-def test_full_state_dict_on_rank0_equals_single_process(launch):
-    got = case4(launch, "final state")
-    _, refs = ckpt4(launch)
+def test_full_state_dict_on_rank0_equals_single_process(launch, impl):
+    got = case4(launch, impl, "final state")
+    _, refs = ckpt4(launch, impl)
     final = refs["final"]
     assert sorted(got[0]) == sorted(final), (
         f"[rank 0 of 4] full_state_dict keys {sorted(got[0])[:3]}..., expected the model's "

@@ -30,9 +30,9 @@ def reference(x: torch.Tensor, y: torch.Tensor, seed: int, rank_rows: slice):
 
 
 @pytest.mark.points(2)
-def test_bf16_parameters_compute_in_bf16(launch):
-    got = case4(launch, "mp values")
-    _, refs = ckpt4(launch)
+def test_bf16_parameters_compute_in_bf16(launch, impl):
+    got = case4(launch, impl, "mp values")
+    _, refs = ckpt4(launch, impl)
     x, y = refs["x"][0], refs["y"][0]
     rows = x.shape[0] // 4
     for rank, value in enumerate(got):
@@ -55,8 +55,8 @@ def test_bf16_parameters_compute_in_bf16(launch):
 
 
 @pytest.mark.points(4)
-def test_gradients_reduced_in_fp32(launch):
-    got = case4(launch, "mp reduce")
+def test_gradients_reduced_in_fp32(launch, impl):
+    got = case4(launch, impl, "mp reduce")
     for rank, grad in enumerate(got):
         assert grad == REDUCE_MEAN, (
             f"{where(rank, 4)} reduction in bf16? the averaged gradient is {grad}, exactly "

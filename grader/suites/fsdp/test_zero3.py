@@ -41,9 +41,9 @@ def tolerance(steps: int):
 
 
 @pytest.mark.points(3)
-def test_shard_gradient_is_the_average(launch):
+def test_shard_gradient_is_the_average(launch, impl):
     """After the first backward, each shard's .grad is its slice of the mean gradient."""
-    _, values, ref = z3_case(launch, "reshard")
+    _, values, ref = z3_case(launch, impl, "reshard")
     for rank, value in enumerate(values):
         for block in range(BLOCKS):
             grad = value["grads"][block]
@@ -58,8 +58,8 @@ def test_shard_gradient_is_the_average(launch):
 
 
 @pytest.mark.points(1)
-def test_padding_gradient_is_zero(launch):
-    _, values, _ = z3_case(launch, "reshard")
+def test_padding_gradient_is_zero(launch, impl):
+    _, values, _ = z3_case(launch, impl, "reshard")
     last = values[N - 1]
     pad = N * S - UNIT_NUMEL
     for block in range(BLOCKS):
@@ -73,8 +73,8 @@ def test_padding_gradient_is_zero(launch):
     pytest.param("reshard", 5, id="reshard=True-sgd_momentum", marks=pytest.mark.points(5)),
     pytest.param("keep", 3, id="reshard=False-adamw", marks=pytest.mark.points(3)),
 ])
-def test_matches_single_process(launch, name, points):
-    _, values, ref = z3_case(launch, name)
+def test_matches_single_process(launch, impl, name, points):
+    _, values, ref = z3_case(launch, impl, name)
     final = ref["history"][-1]
     for rank, value in enumerate(values):
         full = value["full"]
@@ -88,9 +88,9 @@ def test_matches_single_process(launch, name, points):
 
 
 @pytest.mark.points(2)
-def test_shards_hold_this_ranks_slice(launch):
+def test_shards_hold_this_ranks_slice(launch, impl):
     for name in Z3_CONFIGS:
-        _, values, ref = z3_case(launch, name)
+        _, values, ref = z3_case(launch, impl, name)
         final = ref["history"][-1]
         for rank, value in enumerate(values):
             assert value["param_is_shard"], (
@@ -107,8 +107,8 @@ def test_shards_hold_this_ranks_slice(launch):
 
 # -- memory -------------------------------------------------------------------------------
 @pytest.mark.points(5)
-def test_forward_holds_one_unit(launch):
-    _, values, _ = z3_case(launch, "reshard")
+def test_forward_holds_one_unit(launch, impl):
+    _, values, _ = z3_case(launch, impl, "reshard")
     for rank, value in enumerate(values):
         probes = value["probes"]
         assert len(probes) == BLOCKS, f"{where(rank, N)} expected {BLOCKS} probes, got {probes}"
@@ -121,9 +121,9 @@ def test_forward_holds_one_unit(launch):
 
 
 @pytest.mark.points(2)
-def test_nothing_full_after_backward(launch):
+def test_nothing_full_after_backward(launch, impl):
     for name in Z3_CONFIGS:
-        _, values, _ = z3_case(launch, name)
+        _, values, _ = z3_case(launch, impl, name)
         for rank, value in enumerate(values):
             left = value["after_backward"]
             assert left == 0, (
@@ -133,8 +133,8 @@ def test_nothing_full_after_backward(launch):
 
 
 @pytest.mark.points(1)
-def test_no_reshard_keeps_gathered_units(launch):
-    _, values, _ = z3_case(launch, "keep")
+def test_no_reshard_keeps_gathered_units(launch, impl):
+    _, values, _ = z3_case(launch, impl, "keep")
     for rank, value in enumerate(values):
         last = value["probes"][-1]
         assert last >= BLOCKS * UNIT_NUMEL * ELEMENT, (
@@ -153,9 +153,9 @@ def phases(name: str):
 
 
 @pytest.mark.points(3)
-def test_forward_one_all_gather_per_unit(launch):
+def test_forward_one_all_gather_per_unit(launch, impl):
     for name in Z3_CONFIGS:
-        result, _, _ = z3_case(launch, name)
+        result, _, _ = z3_case(launch, impl, name)
         for rank in range(N):
             for step, label in phases(name):
                 wire = phase(result, rank, f"{label} forward")
@@ -170,9 +170,9 @@ def test_forward_one_all_gather_per_unit(launch):
 
 
 @pytest.mark.points(3)
-def test_backward_gathers_and_reduce_scatters(launch):
+def test_backward_gathers_and_reduce_scatters(launch, impl):
     for name, (reshard, _, _) in Z3_CONFIGS.items():
-        result, _, _ = z3_case(launch, name)
+        result, _, _ = z3_case(launch, impl, name)
         for rank in range(N):
             for step, label in phases(name):
                 wire = phase(result, rank, f"{label} backward")
@@ -195,9 +195,9 @@ def test_backward_gathers_and_reduce_scatters(launch):
 
 
 @pytest.mark.points(1)
-def test_optimizer_step_communicates_nothing(launch):
+def test_optimizer_step_communicates_nothing(launch, impl):
     for name in Z3_CONFIGS:
-        result, _, _ = z3_case(launch, name)
+        result, _, _ = z3_case(launch, impl, name)
         for rank in range(N):
             for step, label in phases(name):
                 wire = phase(result, rank, f"{label} optimizer")
@@ -217,10 +217,10 @@ def ring_bytes(wire: list) -> float:
 
 
 @pytest.mark.points(3)
-def test_bytes_relative_to_ddp(launch):
+def test_bytes_relative_to_ddp(launch, impl):
     ddp = 2 * (N - 1) / N * BLOCKS * UNIT_NUMEL * ELEMENT
     for name, (reshard, _, _) in Z3_CONFIGS.items():
-        result, _, _ = z3_case(launch, name)
+        result, _, _ = z3_case(launch, impl, name)
         want = 1.5 if reshard else 1.0
         for rank in range(N):
             for step, label in phases(name):
