@@ -19,6 +19,9 @@ from torch import nn
 from grader.compare import assert_close, steps_bound
 from grader.seeds import seeded_generator, shifted
 from harness.cases import case_values, run_cases
+from harness.launcher import preload
+
+preload("torch._dynamo", "torch.distributed.fsdp", "torch.distributed.checkpoint")
 
 WORLD = 2
 D, BLOCKS, STEPS, ROWS = 20, 3, 2, 3  # a unit: 20x20 + 20 + 1 = 421 elements, S = 211
@@ -27,15 +30,36 @@ S = -(-UNIT // WORLD)
 SEED = 5
 
 
+class CheckedLinear(torch.autograd.Function):
+    """F.linear whose backward first checks that the weight it saved still has its memory: a
+    unit freed after forward and not gathered again would be read from an empty storage."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        ctx.save_for_backward(x, weight)
+        return torch.nn.functional.linear(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        needed = (weight.storage_offset() + weight.numel()) * weight.element_size()
+        if weight.untyped_storage().nbytes() < needed:
+            raise RuntimeError("a unit's parameters are freed in backward (empty storage): "
+                               "re-gather the unit before its backward")
+        rows, grad_rows = x.reshape(-1, x.shape[-1]), grad.reshape(-1, grad.shape[-1])
+        return grad @ weight, grad_rows.t() @ rows, grad_rows.sum(0)
+
+
 class Probe(nn.Linear):
-    """nn.Linear that reports the live memory when it runs (the probe is None in the parent)."""
+    """nn.Linear that reports the live memory when it runs (the probe is None in the parent)
+    and checks in backward that its weight was gathered again (CheckedLinear)."""
 
     probe = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if Probe.probe is not None:
             Probe.probe()
-        return super().forward(x)
+        return CheckedLinear.apply(x, self.weight, self.bias)
 
 
 class Block(nn.Module):

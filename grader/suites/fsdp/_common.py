@@ -28,7 +28,10 @@ from harness import Forbid
 from harness.cases import Memo, case_value
 from harness.launcher import preload
 
-preload("torch._dynamo")
+# torch.optim imports torch._dynamo on first use, FSDP2 and DCP take a second more per rank:
+# the forkserver imports them once.
+preload("torch._dynamo", "torch.distributed.fsdp", "torch.distributed.checkpoint",
+        "torch.distributed.checkpoint.state_dict", "torch.distributed.tensor")
 LAUNCH_TIMEOUT = 180.0
 MEMO = Memo(hang_timeout=40.0)
 
@@ -74,15 +77,36 @@ def live_bytes(threshold: int, before: dict[int, int]) -> int:
     return sum(n for ptr, n in live_storages(threshold).items() if ptr not in before)
 
 
+class CheckedLinear(torch.autograd.Function):
+    """F.linear whose backward first checks that the weight it saved still has its memory: a
+    unit freed after forward and not gathered again would be read from an empty storage."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        ctx.save_for_backward(x, weight)
+        return torch.nn.functional.linear(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        needed = (weight.storage_offset() + weight.numel()) * weight.element_size()
+        if weight.untyped_storage().nbytes() < needed:
+            raise RuntimeError("a unit's parameters are freed in backward (empty storage): "
+                               "re-gather the unit before its backward")
+        rows, grad_rows = x.reshape(-1, x.shape[-1]), grad.reshape(-1, grad.shape[-1])
+        return grad @ weight, grad_rows.t() @ rows, grad_rows.sum(0)
+
+
 class ProbeLinear(nn.Linear):
-    """nn.Linear whose forward first calls `ProbeLinear.probe` (None in the parent)."""
+    """nn.Linear whose forward first calls `ProbeLinear.probe` (None in the parent), and whose
+    backward checks its weight is there (CheckedLinear)."""
 
     probe: Any = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if ProbeLinear.probe is not None:
             ProbeLinear.probe()
-        return super().forward(x)
+        return CheckedLinear.apply(x, self.weight, self.bias)
 
 
 class Z3Block(nn.Module):

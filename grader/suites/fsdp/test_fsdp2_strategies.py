@@ -136,8 +136,9 @@ def check_counts(launch, impl, strategy: str, forward: dict, backward: dict) -> 
                    "all-reduces": count(wire, ("allreduce",))}
             expected = {k: want.get(k, 0) for k in got}
             assert got == expected, (
-                f"{where(rank, WORLD)} {strategy} {phase_name}: {got}, expected {expected} for "
-                f"{F2_BLOCKS} blocks + the root wrapped separately (one collective per unit)")
+                f"{where(rank, WORLD)} {strategy} {phase_name}: one collective per unit, "
+                f"{F2_BLOCKS} blocks + the root wrapped separately: expected {expected}, got "
+                f"{got}")
         opt = phase(result, rank, f"{strategy} optimizer")
         assert not opt, f"{where(rank, WORLD)} {strategy}: the optimizer step communicated"
 

@@ -40,6 +40,18 @@ def tolerance(steps: int):
     return steps_bound(torch.float64, steps=steps, depth_per_step=512, growth=2.0).scaled(64)
 
 
+@pytest.mark.points(1)
+def test_padding_gradient_is_zero(launch, impl):
+    _, values, _ = z3_case(launch, impl, "reshard")
+    last = values[N - 1]
+    pad = N * S - UNIT_NUMEL
+    for block in range(BLOCKS):
+        tail = last["grads"][block][S - pad:]
+        assert torch.count_nonzero(tail) == 0, (
+            f"{where(N - 1, N)} unit {block}: padding gradient not zero ({tail.tolist()}); the "
+            f"flat gradient's padding positions must be zeros")
+
+
 @pytest.mark.points(3)
 def test_shard_gradient_is_the_average(launch, impl):
     """After the first backward, each shard's .grad is its slice of the mean gradient."""
@@ -55,18 +67,6 @@ def test_shard_gradient_is_the_average(launch, impl):
                          f"backward", tol=tolerance(1), hint_first=True,
                          hint="the shard's gradient must be the average over ranks (the "
                               "reduce-scatter sums: divide by N) of this rank's slice")
-
-
-@pytest.mark.points(1)
-def test_padding_gradient_is_zero(launch, impl):
-    _, values, _ = z3_case(launch, impl, "reshard")
-    last = values[N - 1]
-    pad = N * S - UNIT_NUMEL
-    for block in range(BLOCKS):
-        tail = last["grads"][block][S - pad:]
-        assert torch.count_nonzero(tail) == 0, (
-            f"{where(N - 1, N)} unit {block}: padding gradient not zero ({tail.tolist()}); the "
-            f"flat gradient's padding positions must be zeros")
 
 
 @pytest.mark.parametrize("name, points", [
