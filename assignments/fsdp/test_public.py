@@ -50,6 +50,23 @@ class CheckedLinear(torch.autograd.Function):
         return grad @ weight, grad_rows.t() @ rows, grad_rows.sum(0)
 
 
+class CheckedScale(torch.autograd.Function):
+    """h * scale, with the same check in backward for the one-element `scale` parameter."""
+
+    @staticmethod
+    def forward(ctx, h, scale):
+        ctx.save_for_backward(h, scale)
+        return h * scale
+
+    @staticmethod
+    def backward(ctx, grad):
+        h, scale = ctx.saved_tensors
+        needed = (scale.storage_offset() + scale.numel()) * scale.element_size()
+        if scale.untyped_storage().nbytes() < needed:
+            raise RuntimeError("a unit's parameters are freed in backward (empty storage): "
+                               "re-gather the unit before its backward")
+        return grad * scale, (grad * h).sum().reshape(scale.shape)
+
 class Probe(nn.Linear):
     """nn.Linear that reports the live memory when it runs (the probe is None in the parent)
     and checks in backward that its weight was gathered again (CheckedLinear)."""
@@ -69,7 +86,7 @@ class Block(nn.Module):
         self.scale = nn.Parameter(torch.ones(1))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + torch.tanh(self.fc(x)) * self.scale
+        return x + CheckedScale.apply(torch.tanh(self.fc(x)), self.scale)
 
 
 class Chain(nn.Module):

@@ -97,6 +97,23 @@ class CheckedLinear(torch.autograd.Function):
         return grad @ weight, grad_rows.t() @ rows, grad_rows.sum(0)
 
 
+class CheckedScale(torch.autograd.Function):
+    """h * scale, with the same check in backward for the one-element `scale` parameter."""
+
+    @staticmethod
+    def forward(ctx, h, scale):
+        ctx.save_for_backward(h, scale)
+        return h * scale
+
+    @staticmethod
+    def backward(ctx, grad):
+        h, scale = ctx.saved_tensors
+        needed = (scale.storage_offset() + scale.numel()) * scale.element_size()
+        if scale.untyped_storage().nbytes() < needed:
+            raise RuntimeError("a unit's parameters are freed in backward (empty storage): "
+                               "re-gather the unit before its backward")
+        return grad * scale, (grad * h).sum().reshape(scale.shape)
+
 class ProbeLinear(nn.Linear):
     """nn.Linear whose forward first calls `ProbeLinear.probe` (None in the parent), and whose
     backward checks its weight is there (CheckedLinear)."""
@@ -116,7 +133,7 @@ class Z3Block(nn.Module):
         self.scale = nn.Parameter(torch.ones(1))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + torch.tanh(self.fc(x)) * self.scale
+        return x + CheckedScale.apply(torch.tanh(self.fc(x)), self.scale)
 
 
 class Z3Net(nn.Module):
