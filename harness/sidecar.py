@@ -252,6 +252,15 @@ class SidecarGroup(dist.ProcessGroup):
     def getBackendName(self) -> str:
         return BACKEND
 
+    # A Python ProcessGroup has no C++ backend to keep its name: keep it here, so device
+    # meshes (FSDP2, DTensor) can name and resolve the group.
+    def _set_group_name(self, name: str) -> None:
+        self._sidecar_group_name = name
+
+    @property
+    def group_name(self) -> str:
+        return self._sidecar_group_name
+
     def _post(self, header: dict[str, Any], payloads: Sequence[torch.Tensor],
               targets: Sequence[torch.Tensor]) -> SidecarWork:
         self.client.next_id += 1
