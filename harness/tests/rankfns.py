@@ -219,3 +219,13 @@ def slow_sender(ctx, seconds):
         return None
     dist.recv(t, src=1)
     return float(t)
+
+
+def preloaded(ctx, names):
+    """Which of `names` the rank finds imported before it imports anything, and its
+    TRITON_INTERPRET."""
+    import os
+    import sys
+
+    return {"modules": {name: name in sys.modules for name in names},
+            "triton_interpret": os.environ.get("TRITON_INTERPRET")}

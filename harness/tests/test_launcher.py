@@ -272,3 +272,14 @@ def test_a_failed_rendezvous_is_made_once_more_and_nothing_else_is(monkeypatch):
             with pytest.raises(RankFailure):
                 launcher.launch(rankfns.describe, world_size=2)
         assert len(calls) == expect_calls, kinds
+
+
+def test_ranks_find_torch_s_lazy_imports_already_made():
+    """What torch imports lazily on a rank's first backward(grad) (symbolic shapes: sympy) and
+    what the rank's seeding needs (numpy.random) come preloaded from the forkserver, not paid
+    for by every rank; without CUDA, Triton is set up for its interpreter."""
+    names = ("torch.fx.experimental.symbolic_shapes", "sympy", "numpy.random")
+    value = launch(rankfns.preloaded, 1, args=(names,)).values[0]
+    assert value["modules"] == dict.fromkeys(names, True)
+    if not torch.cuda.is_available() and "TRITON_INTERPRET" not in os.environ:
+        assert value["triton_interpret"] == "1"
