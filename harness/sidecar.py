@@ -36,10 +36,13 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
+
+if TYPE_CHECKING:
+    from torch.distributed.distributed_c10d import GroupName
 
 BACKEND = "mlsys-sidecar"
 _HEADER = struct.Struct("!II")  # json length, payload length
@@ -254,11 +257,11 @@ class SidecarGroup(dist.ProcessGroup):
 
     # A Python ProcessGroup has no C++ backend to keep its name: keep it here, so device
     # meshes (FSDP2, DTensor) can name and resolve the group.
-    def _set_group_name(self, name: str) -> None:
+    def _set_group_name(self, name: GroupName) -> None:
         self._sidecar_group_name = name
 
     @property
-    def group_name(self) -> str:
+    def group_name(self) -> GroupName:
         return self._sidecar_group_name
 
     def _post(self, header: dict[str, Any], payloads: Sequence[torch.Tensor],

@@ -76,8 +76,8 @@ def rank_bench(ctx, width: int, depth: int, batch: int, steps: int, rounds: int,
             (f"cap {c:g} MiB", c) for c in caps]:
         model = _build(width, depth, out_features, device)
         variants[name] = (model, ddp.DistributedDataParallel(model, bucket_cap_mb=cap))
-    buckets = {name: len(wrapped.bucket_layout) for name, (_, wrapped) in variants.items()
-               if name != "after backward"}
+    buckets = {name: len(wrapped.bucket_layout)  # type: ignore[arg-type]  # the student's DDP
+               for name, (_, wrapped) in variants.items() if name != "after backward"}
     opts = {name: torch.optim.SGD(model.parameters(), lr=1e-3)
             for name, (model, _) in variants.items()}
     gen = torch.Generator().manual_seed(100 + ctx.rank)

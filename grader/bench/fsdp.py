@@ -72,7 +72,7 @@ def _large_storages(threshold: int) -> dict[int, int]:
 def _ddp_step(model: nn.Module, opt, x, y, world_size: int) -> None:
     opt.zero_grad()
     ((model(x) - y) ** 2).mean().backward()
-    grads = [p.grad for p in model.parameters()]
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
     flat = torch.cat([g.reshape(-1) for g in grads])
     dist.all_reduce(flat)
     flat /= world_size
