@@ -41,7 +41,8 @@ REDRAW_FLOOR = 0.1
 # at import; the suites whose ranks build optimizers (ddp, zero2, fsdp, pipeline, gpt) preload
 # torch._dynamo into their session's forkserver, which imports Triton there. Without CUDA the
 # harness makes that import interpret (`harness.forkserver.rank_env`), but on a GPU machine it is
-# compiled, and the interpreter's kernels then fail with "Cannot call @triton.jit'd outside of the scope of a kernel".
+# compiled, and the interpreter's kernels then fail with "Cannot call @triton.jit'd outside of
+# the scope of a kernel".
 SOLO_MARGINS = frozenset({"triton_kernels"})
 
 
