@@ -154,6 +154,8 @@ def bf16_compress_hook(bucket: torch.Tensor, group: Any = None) -> Callable[[], 
     convert the sum back to `bucket.dtype`, divide by the group size, and return it (a new
     1-D tensor of `bucket`'s shape and dtype; `bucket` itself may be left unchanged). The
     result is the average within bfloat16 rounding (README §9, Tolerances). Dividing before
-    the all-reduce instead of after is allowed.
+    the all-reduce instead of after is allowed. In a world of one (a group of one, or no
+    process group at all) nothing is communicated and `finish()` returns the bucket itself
+    within bfloat16 rounding.
     """
     raise NotImplementedError("bf16_compress_hook: see README §8")
