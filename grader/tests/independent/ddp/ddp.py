@@ -143,10 +143,10 @@ class DistributedDataParallel(nn.Module):
     def _launch(self, state: _Pass, bucket: _Bucket) -> None:
         flat = bucket.flat
         size = self._size
-        if size == 1:
-            state.finishers.append(lambda: flat)
-        elif self._comm_hook is not None:
+        if self._comm_hook is not None:
             state.finishers.append(self._comm_hook(flat, self._group))
+        elif size == 1:
+            state.finishers.append(lambda: flat)
         else:
             work = dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=self._group, async_op=True)
 
@@ -187,6 +187,8 @@ def bf16_compress_hook(bucket: torch.Tensor, group: Any = None) -> Callable[[], 
     """One asynchronous bfloat16 all-reduce of `bucket`; `finish()` gives the float average."""
     size = _group_size(group)
     wire = bucket.to(torch.bfloat16)
+    if size == 1:  # a world of one: nothing to communicate, only the bf16 rounding
+        return lambda: wire.to(bucket.dtype)
     work = dist.all_reduce(wire, op=dist.ReduceOp.SUM, group=group, async_op=True)
 
     def finish() -> torch.Tensor:
