@@ -264,7 +264,7 @@ class SidecarGroup(dist.ProcessGroup):
         _, payload = self.client.call({**header, "gid": self.gid}, payloads)
         if targets:
             _fill(targets, payload)
-        return SidecarWork()
+        return SidecarWork(targets=targets)  # done; its future holds the outputs, as gloo's
 
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int) -> SidecarWork:
         return self._post({"op": "send", "peer": dst, "tag": tag,

@@ -70,6 +70,18 @@ def test_every_operation_the_suites_use_goes_through_the_sidecars():
     assert result.unlogged_bytes(0) is None or result.unlogged_bytes(0) < 64 * 1024
 
 
+def rank_future(ctx):
+    """An async collective's future holds its outputs, as with gloo (torch's comm-hook idiom)."""
+    x = torch.full((3,), float(ctx.rank + 1))
+    summed = dist.all_reduce(x, async_op=True).get_future().then(lambda f: f.value()[0] / 2)
+    return summed.wait()
+
+
+def test_an_async_collective_future_holds_its_outputs():
+    result = launch(rank_future, 2, backend="gloo", transport="sidecar", timeout=60)
+    assert [v.tolist() for v in result.values] == [[1.5, 1.5, 1.5]] * 2
+
+
 def rank_hidden_all_reduce(ctx):
     """Hides a real all_reduce from the in-rank log by raising its re-entrancy depth."""
     log = ctx._log

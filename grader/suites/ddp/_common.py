@@ -62,7 +62,43 @@ LAYOUT_SPECS = [
     dict(NET, sizes=(32, 32, 32), cap_mb=8448 / MB),  # buckets 0 and 1 both fill it exactly
     dict(NET, sizes=(32, 32, 32), cap_mb=8703 / MB),  # one byte short of head + fc2.bias
 ]
-LAYOUT_POINTS = [1, 1, 1, 1, 1, 2, 2]
+LAYOUT_POINTS = [1, 1, 1, 1, 1, 2, 1]
+
+
+def random_layout_specs(seed: int, count: int = 40) -> list[dict]:
+    """Random stacks of Linear layers (float32 or float64, some biases missing, some
+    parameters frozen) with caps drawn around the sums the packing rule compares: exactly a
+    run of consecutive parameters, one byte less, one more, zero, or larger than the model."""
+    gen = seeded_generator(seed)
+
+    def pick(n: int) -> int:
+        return int(torch.randint(0, n, (1,), generator=gen))
+
+    specs = []
+    for _ in range(count):
+        depth = 1 + pick(5)
+        widths = [1 + pick(12) for _ in range(depth + 1)]
+        biases = [bool(pick(4)) for _ in range(depth)]
+        dtype = ("float32", "float64")[pick(2)]
+        spec = {"arch": "seq", "widths": widths, "biases": biases, "dtype": dtype,
+                "cap_mb": 0.0}
+        names = [n for n, _ in build_model(spec, 0).named_parameters()]
+        spec["frozen"] = [n for n in names if pick(6) == 0]
+        sizes = [p.numel() * p.element_size() for n, p in
+                 reversed(list(build_model(spec, 0).named_parameters()))
+                 if n not in spec["frozen"]]
+        if sizes:
+            start = pick(len(sizes))
+            run = sum(sizes[start:start + 1 + pick(len(sizes) - start)])
+            cap = (run, run - 1, run + 1, 0, 2 * sum(sizes))[pick(5)]
+        else:
+            cap = 1 + pick(100)
+        spec["cap_mb"] = max(cap, 0) / MB
+        specs.append(spec)
+    return specs
+
+
+RANDOM_LAYOUTS = 40
 BIG = dict(NET, sizes=(2048, 2048, 2048), dtype="float32", cap_mb=25.0)  # 48 MiB: default cap
 SGD2 = dict(NET, cap_mb=25.0, optimizer="sgd", defaults={"lr": 0.2}, steps=3, rows=4)
 # ghost (never used) alone in bucket 0, ghost.weight last in it; the default find_unused
@@ -326,6 +362,8 @@ def pure(launch: Callable[..., Any], impl: str) -> Launch:
         ({"name": "empty", "kind": "train_step_empty", "spec": NET, "seed": 13}, None, 0),
         ({"name": "world1", "kind": "world_of_one", "spec": WORLD1}, WORLD1, 14),
         ({"name": "default_cap", "kind": "default_cap", "spec": BIG}, None, 0),
+        ({"name": "random_layouts", "kind": "random_layouts", "seed": 19,
+          "specs": random_layout_specs(61, RANDOM_LAYOUTS)}, None, 0),
         ({"name": "sparse", "kind": "train_step_sparse", "spec": SPARSE}, SPARSE, 15),
         # the last ones: they destroy the process group first
         ({"name": "no_group_wrapper", "kind": "no_group_wrapper", "spec": WORLD1}, WORLD1, 16),

@@ -104,7 +104,15 @@ class TiedNet(nn.Module):
 def build_model(spec: dict, seed: int) -> nn.Module:
     """The spec's model initialised from `seed` (already shifted by the parent)."""
     torch.manual_seed(seed)
-    model: nn.Module = TiedNet(spec) if spec.get("arch") == "tied" else Net(spec)
+    model: nn.Module
+    if spec.get("arch") == "tied":
+        model = TiedNet(spec)
+    elif spec.get("arch") == "seq":  # Linear layers of the given widths, biases optional
+        widths, biases = spec["widths"], spec["biases"]
+        model = nn.Sequential(*[nn.Linear(a, b, bias=bias)
+                                for a, b, bias in zip(widths[:-1], widths[1:], biases)])
+    else:
+        model = Net(spec)
     model = model.to(getattr(torch, spec.get("dtype", "float64")))
     for name, p in model.named_parameters():
         p.requires_grad_(name not in spec.get("frozen", ()))
@@ -225,15 +233,17 @@ def case_no_sync(ctx: Any, probe: Probe, mod: Any, name: str, spec: dict, data: 
     return {"local": local, "grads": grads_of(model), "layout": wrapped.bucket_layout}
 
 
-def case_layouts(ctx: Any, probe: Probe, mod: Any, name: str, specs: list[dict],
+def case_layouts(ctx: Any, probe: Probe | None, mod: Any, name: str, specs: list[dict],
                  seed: int) -> list:
     """bucket_layout of each (spec, cap) pair; no backward."""
     out = []
     for i, spec in enumerate(specs):
-        probe.mark(f"{name} {i}")
+        if probe is not None:
+            probe.mark(f"{name} {i}")
         wrapped = mod.DistributedDataParallel(build_model(spec, seed), bucket_cap_mb=spec["cap_mb"])
         out.append(wrapped.bucket_layout)
-    probe.mark(f"{name} done")
+    if probe is not None:
+        probe.mark(f"{name} done")
     return out
 
 
@@ -495,6 +505,9 @@ def rank_cases(ctx: Any, cases: list[dict], data: dict) -> dict:
             if kind == "world_of_one":
                 return case_world_of_one(ctx.impl_module("ddp", "ddp"), case["spec"],
                                          data[name])
+            if kind == "random_layouts":  # world of one, in-rank: no probe needed
+                return case_layouts(ctx, None, ctx.impl_module("ddp", "ddp"), name,
+                                    case["specs"], case["seed"])
             if kind == "default_cap":
                 mod = ctx.impl_module("ddp", "ddp")
                 return mod.DistributedDataParallel(build_model(case["spec"], 0)).bucket_layout

@@ -15,12 +15,14 @@ from grader.suites.ddp._common import (
     BIG,
     LAYOUT_POINTS,
     LAYOUT_SPECS,
+    RANDOM_LAYOUTS,
     SGD4,
     allreduces,
     describe_kinds,
     pack,
     pack_with_bytes,
     pure,
+    random_layout_specs,
     state_bytes,
     where,
     wrapper4,
@@ -57,7 +59,9 @@ def pack_sizes(spec: dict) -> list[tuple[str, int]]:
 
 def layout_id(spec: dict) -> str:
     arch = spec.get("arch", "mlp")
-    return f"{arch}-{spec['dtype']}-cap={spec['cap_mb'] * 1024 * 1024:.0f}B" + (
+    cap = (f"{spec['cap_mb']:g}MiB" if spec["cap_mb"] >= 1 else
+           f"{spec['cap_mb'] * 1024 * 1024:.0f}B")
+    return f"{arch}{spec['sizes'][1]}-{spec['dtype']}-cap={cap}" + (
         "-frozen" if spec.get("frozen") else "") + ("-norm" if spec.get("norm") else "")
 
 
@@ -74,6 +78,18 @@ def test_bucket_layout(run, index):
             f"{where(rank, run.world_size)} bucket_layout ({layout_id(spec)}): "
             f"{layout_hint(got, spec)}; got {got}, expected {expected}")
 
+
+
+@pytest.mark.points(1)
+def test_random_models_and_caps(launch, impl):
+    run = pure(launch, impl.text)
+    got = run.values("random_layouts", "DistributedDataParallel.bucket_layout")[0]
+    for index, spec in enumerate(random_layout_specs(61, RANDOM_LAYOUTS)):
+        expected = pack(spec)
+        assert got[index] == expected, (
+            f"bucket_layout of a random stack of Linear layers ({spec['dtype']}, cap "
+            f"{spec['cap_mb'] * 1024 * 1024:.0f} bytes, {len(spec['frozen'])} frozen): "
+            f"{layout_hint(got[index], spec)}; got {got[index]}, expected {expected}")
 
 
 @pytest.mark.points(1)
