@@ -93,8 +93,9 @@ def save_checkpoint(model: nn.Module, optimizer: torch.optim.Optimizer,
     Use `get_state_dict(model, optimizer)` (torch.distributed.checkpoint.state_dict) and
     `torch.distributed.checkpoint.save({"model": ..., "optim": ...}, checkpoint_id=...)`:
     each rank writes its own shards only (no rank gathers the model), rank 0 also writes the
-    metadata. The folder may differ between ranks (the suite gives each rank its own folder and
-    merges their files afterwards: do not assume ranks share a file system), and it exists.
+    metadata. Pass `checkpoint_id` to DCP unchanged: it is a folder path or a URL DCP accepts
+    (the suite passes an fsspec in-memory URL, "memory://...", private to each rank's process,
+    and merges what the ranks wrote afterwards: do not assume ranks share a file system).
     """
     raise NotImplementedError("save_checkpoint: see README §7")
 
@@ -108,7 +109,7 @@ def load_checkpoint(model: nn.Module, optimizer: torch.optim.Optimizer,
     parameters with the same class and hyperparameters as the saved one and may not have
     stepped yet (empty state). Afterwards training continues as it would have without the
     interruption. Use `get_state_dict`, `torch.distributed.checkpoint.load` (in place) and
-    `set_state_dict`. The folder holds every file of the checkpoint (all ranks' shards and the
-    metadata).
+    `set_state_dict`. `checkpoint_id` (a folder path or a URL, passed to DCP unchanged) holds
+    every file of the checkpoint (all ranks' shards and the metadata) on every rank.
     """
     raise NotImplementedError("load_checkpoint: see README §7")

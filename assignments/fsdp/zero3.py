@@ -32,12 +32,13 @@ DDP's all-reduce, and 2(N-1)/N x P x element_size (1x DDP) without.
 Memory contract (README §5). The suite looks, from inside each leaf module's forward, at every
 tensor reachable from Python (the garbage collector's view) and adds up the bytes of their
 distinct storages of at least 60% of one unit's full size (in the test models shards,
-activations, inputs and optimizer state are smaller than that). With resharding that must
-never exceed one unit's N * S elements; after backward it must be zero. Its leaf layers also
-check in backward that the parameters they saved in forward have their memory back. "Freed" means the storage of a unit's full parameters has no bytes left:
-autograd keeps references to the gathered tensors it saved for backward, so dropping your own
-references is not enough; release the memory with `tensor.untyped_storage().resize_(0)` and
-re-grow it with `resize_(nbytes)` before gathering into it again.
+activations, inputs and optimizer state are smaller than that). With resharding that must never
+exceed one unit's N * S elements; after backward it must be zero. Its leaf layers also check in
+backward that the parameters they saved in forward have their memory back. "Freed" means the
+storage of a unit's full parameters has no bytes left: autograd keeps references to the gathered
+tensors it saved for backward, so dropping your own references is not enough; release the memory
+with `tensor.untyped_storage().resize_(0)` and re-grow it with `resize_(nbytes)` before
+gathering into it again.
 """
 
 from __future__ import annotations

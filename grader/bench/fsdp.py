@@ -40,7 +40,8 @@ class Block(nn.Module):
         self.fc = nn.Linear(width, width)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + torch.tanh(self.fc(x))
+        update = self.fc(x).tanh()
+        return x + update
 
 
 class Net(nn.Module):

@@ -5,15 +5,14 @@ They run with the in-rank transport: DCP's planning uses `gather_object` and DTe
 `full_tensor()` uses functional collectives, which the sidecar does not carry; nothing here
 counts communication, every verdict compares values with the parent's references.
 
-Files: each rank saves into a fresh folder of its own (`tempfile.mkdtemp()` in the rank, by
-suite code), returns the files' bytes, and the parent merges them; "ckpt2" writes the merged
-files into each rank's own folder before `load_checkpoint`.
+Files: each rank saves to an fsspec in-memory folder (`memory://...`: the rank's own process
+memory, so no file system is shared or even written; under the sandbox a rank may not write
+/tmp), its suite code returns the files' bytes, and the parent merges them; "ckpt2" puts the
+merged files into each rank's in-memory folder before `load_checkpoint`.
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
 from typing import Any
 
 import torch
@@ -63,20 +62,30 @@ def snapshot(model: nn.Module, opt: torch.optim.Optimizer) -> dict:
     return {"params": params, "state": state}
 
 
-def read_folder(folder: str) -> dict[str, torch.Tensor]:
+CHECKPOINT_ID = "memory://fsdp-checkpoint"
+
+
+def _memory_fs():
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    return MemoryFileSystem()
+
+
+def read_folder(checkpoint_id: str) -> dict[str, torch.Tensor]:
+    """{file name: bytes as uint8} of what DCP wrote under `checkpoint_id` in this process."""
+    fs, root = _memory_fs(), checkpoint_id.removeprefix("memory:/")
     out = {}
-    for name in sorted(os.listdir(folder)):
-        with open(os.path.join(folder, name), "rb") as fh:
-            out[name] = torch.frombuffer(bytearray(fh.read()), dtype=torch.uint8).clone()
+    for path in sorted(fs.find(root)):
+        data = fs.cat_file(path)
+        out[path.rsplit("/", 1)[-1]] = torch.frombuffer(bytearray(data), dtype=torch.uint8).clone()
     return out
 
 
-def write_folder(files: dict[str, torch.Tensor]) -> str:
-    folder = tempfile.mkdtemp(prefix="fsdp-ckpt-")
+def write_folder(files: dict[str, torch.Tensor], checkpoint_id: str) -> str:
+    fs, root = _memory_fs(), checkpoint_id.removeprefix("memory:/")
     for name, data in files.items():
-        with open(os.path.join(folder, name), "wb") as fh:
-            fh.write(data.numpy().tobytes())
-    return folder
+        fs.pipe_file(f"{root}/{name}", data.numpy().tobytes())
+    return checkpoint_id
 
 
 def train(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
@@ -123,9 +132,8 @@ def rank_ckpt4(ctx, seed: int, reduce_row: list, x: torch.Tensor, y: torch.Tenso
 
     def save() -> dict:
         trained()
-        folder = tempfile.mkdtemp(prefix="fsdp-ckpt-")
-        fsdp2.save_checkpoint(keep["model"], keep["opt"], folder)
-        return {"files": read_folder(folder), **snapshot(keep["model"], keep["opt"])}
+        fsdp2.save_checkpoint(keep["model"], keep["opt"], CHECKPOINT_ID)
+        return {"files": read_folder(CHECKPOINT_ID), **snapshot(keep["model"], keep["opt"])}
 
     def more_steps() -> dict:
         trained()
@@ -149,7 +157,7 @@ def rank_ckpt2(ctx, seed: int, files: dict, x: torch.Tensor, y: torch.Tensor) ->
         model = build_f2(seed + 1)  # other weights: only the load can make them right
         fsdp2.shard_model(model, "FULL_SHARD")
         opt = torch.optim.AdamW(model.parameters(), **ADAMW)
-        fsdp2.load_checkpoint(model, opt, write_folder(files))
+        fsdp2.load_checkpoint(model, opt, write_folder(files, CHECKPOINT_ID))
         keep["model"], keep["opt"] = model, opt
         return snapshot(model, opt)
 
