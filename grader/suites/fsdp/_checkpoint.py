@@ -117,6 +117,11 @@ def rank_ckpt4(ctx, seed: int, reduce_row: list, x: torch.Tensor, y: torch.Tenso
         model(torch.tensor([reduce_row])).sum().backward()
         return model.blocks[0].weight.grad.full_tensor().tolist()
 
+    def mp_param_only() -> str:
+        model = ReduceNet()
+        fsdp2.shard_model(model, "FULL_SHARD", param_dtype=torch.bfloat16)
+        return str(model(torch.tensor([reduce_row])).dtype)
+
     def first_steps() -> None:
         model = build_f2(seed)
         fsdp2.shard_model(model, "FULL_SHARD")
@@ -145,6 +150,7 @@ def rank_ckpt4(ctx, seed: int, reduce_row: list, x: torch.Tensor, y: torch.Tenso
         return fsdp2.full_state_dict(keep["model"])
 
     return run_cases(ctx, [("mp values", mp_values), ("mp reduce", mp_reduce),
+                           ("mp param only", mp_param_only),
                            ("first steps", first_steps), ("save", save),
                            ("more steps", more_steps), ("final state", final_state)])
 

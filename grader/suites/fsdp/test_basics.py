@@ -7,6 +7,7 @@ import pytest
 import torch
 from torch import nn
 
+from grader.compare import assert_close, steps_bound
 from grader.seeds import seeded_generator
 from grader.suites.fsdp._common import LAUNCH_TIMEOUT, MEMO
 from harness.cases import case_value, run_cases
@@ -28,6 +29,27 @@ class Pair(nn.Module):
         self.a = nn.Linear(2, 2)
         self.b = nn.Linear(2, 2)
         self.c = nn.Linear(2, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.c(torch.tanh(self.b(torch.tanh(self.a(x)))))
+
+
+ACC_SEED = 41
+
+
+def accumulate_inputs() -> list[torch.Tensor]:
+    gen = seeded_generator(ACC_SEED)
+    return [torch.randn(3, 2, generator=gen, dtype=torch.float64) for _ in range(2)]
+
+
+def accumulated_reference() -> list[torch.Tensor]:
+    """The flat gradient of each unit (a, b, c) after two backwards without zero_grad."""
+    torch.manual_seed(ACC_SEED)
+    model = Pair().to(torch.float64)
+    for x in accumulate_inputs():
+        model(x).pow(2).mean().backward()
+    return [torch.cat([p.grad.reshape(-1) for p in unit.parameters()])
+            for unit in (model.a, model.b, model.c)]
 
 
 def error_of(fn) -> str:
@@ -54,8 +76,10 @@ def rank_basics(ctx, cases: dict) -> dict:
 
     def flat_errors() -> dict:
         a, b = torch.ones(3), torch.ones(2, dtype=torch.float64)
+        meta = torch.ones(2, device="meta")
         return {"world=0": error_of(lambda: zero3.flatten_pad([a], 0)),
                 "dtypes": error_of(lambda: zero3.flatten_pad([a, b], 2)),
+                "devices": error_of(lambda: zero3.flatten_pad([a, meta], 2)),
                 "empty": list(zero3.flatten_pad([], 2).shape)}
 
     def unit_errors() -> dict:
@@ -64,10 +88,20 @@ def rank_basics(ctx, cases: dict) -> dict:
             zero3.Zero3(model, units(model))
         return {"outside": error_of(lambda: build(lambda m: [m.a, m.b])),
                 "nested": error_of(lambda: build(lambda m: [m, m.a])),
+                "nested-reversed": error_of(lambda: build(lambda m: [m.a, m])),
                 "foreign": error_of(lambda: build(lambda m: [m.a, m.b, m.c, nn.Linear(2, 2)]))}
 
+    def accumulate() -> list:
+        torch.manual_seed(ACC_SEED)
+        model = Pair().to(torch.float64)
+        wrapped = zero3.Zero3(model, [model.a, model.b, model.c])
+        for x in accumulate_inputs():
+            wrapped(x).pow(2).mean().backward()
+        return [None if p.grad is None else p.grad.detach().clone() for p in wrapped.shards]
+
     named = [(f"flat {name}", lambda name=name: flat(name)) for name in cases]
-    return run_cases(ctx, named + [("flat errors", flat_errors), ("unit errors", unit_errors)])
+    return run_cases(ctx, named + [("flat errors", flat_errors), ("unit errors", unit_errors),
+                                   ("accumulate", accumulate)])
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +113,7 @@ def outcomes(launch, impl) -> dict:
     return MEMO.get(("basics", impl), make).values[0]
 
 
-@pytest.mark.points(3)
+@pytest.mark.points(2)
 @pytest.mark.exercises("flatten_pad")
 def test_flatten_pad_values(outcomes):
     for name, (_, world) in SHAPES.items():
@@ -105,7 +139,7 @@ def test_flatten_pad_values(outcomes):
 @pytest.mark.exercises("flatten_pad")
 def test_flatten_pad_errors(outcomes):
     got = case_value(outcomes["flat errors"], "flatten_pad (bad input)")
-    for case in ("world=0", "dtypes"):
+    for case in ("world=0", "dtypes", "devices"):
         assert got[case].startswith("ValueError"), (
             f"flatten_pad ({case}): expected ValueError, got {got[case]}")
     assert "float32" in got["dtypes"] and "float64" in got["dtypes"], (
@@ -118,9 +152,24 @@ def test_flatten_pad_errors(outcomes):
 def test_zero3_rejects_bad_units(outcomes):
     got = case_value(outcomes["unit errors"], "Zero3 (bad units)")
     what = {"outside": "a parameter in no unit (c.weight)",
-            "nested": "units that contain one another", "foreign": "a unit outside the module"}
+            "nested": "units that contain one another",
+            "nested-reversed": "units that contain one another (inner first)",
+            "foreign": "a unit outside the module"}
     for case, text in what.items():
         assert got[case].startswith("ValueError"), (
             f"Zero3 with {text}: expected ValueError, got {got[case]}")
     assert "c.weight" in got["outside"] or "c.bias" in got["outside"], (
         f"Zero3's error for a parameter in no unit must name it: {got['outside']}")
+
+
+@pytest.mark.points(1)
+@pytest.mark.exercises("Zero3")
+def test_zero3_accumulates_gradients(outcomes):
+    """Two backwards without zero_grad (1 rank): each shard's .grad is the sum of both."""
+    got = case_value(outcomes["accumulate"], "Zero3 (two backwards)")
+    tol = steps_bound(torch.float64, steps=2, depth_per_step=64)
+    for unit, (grad, expected) in enumerate(zip(got, accumulated_reference())):
+        assert grad is not None, f"Zero3 unit {unit}: no .grad on the shard after backward"
+        assert_close(grad[:expected.numel()], expected, tol=tol, hint_first=True,
+                     what=f"Zero3 unit {unit} shard .grad after two backwards",
+                     hint="add each reduce-scattered gradient to the shard's existing .grad")

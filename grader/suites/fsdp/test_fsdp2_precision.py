@@ -31,6 +31,10 @@ def reference(x: torch.Tensor, y: torch.Tensor, seed: int, rank_rows: slice):
 
 @pytest.mark.points(2)
 def test_bf16_parameters_compute_in_bf16(launch, impl):
+    for rank, dtype in enumerate(case4(launch, impl, "mp param only")):
+        assert dtype == "torch.bfloat16", (
+            f"{where(rank, 4)} with param_dtype=bf16 alone the output is {dtype}: pass a "
+            f"MixedPrecisionPolicy when either dtype is given (the other one None)")
     got = case4(launch, impl, "mp values")
     _, refs = ckpt4(launch, impl)
     x, y = refs["x"][0], refs["y"][0]

@@ -60,10 +60,12 @@ def rank_strategies(ctx, seed: int, x: torch.Tensor, y: torch.Tensor) -> dict:
     def mesh_errors() -> dict:
         out = {}
         for label, args in {"unknown": ("ZERO_9", 4, None), "no-size": ("HYBRID_SHARD", 4, None),
-                            "not-dividing": ("HYBRID_SHARD", 4, 3)}.items():
+                            "not-dividing": ("HYBRID_SHARD", 4, 3),
+                            "zero": ("HYBRID_SHARD", 4, 0),
+                            "size-one": ("HYBRID_SHARD", 4, 1)}.items():
             try:
-                fsdp2.build_mesh(*args)
-                out[label] = "returned"
+                mesh = fsdp2.build_mesh(*args)
+                out[label] = f"mesh {tuple(mesh.shape)}"
             except NotImplementedError:
                 raise
             except Exception as exc:  # noqa: BLE001 - the type is what the test judges
@@ -74,6 +76,17 @@ def rank_strategies(ctx, seed: int, x: torch.Tensor, y: torch.Tensor) -> dict:
     for strategy in STRATEGIES:
         cases.append((strategy, lambda s=strategy: step(s)))
     cases.append(("mesh errors", mesh_errors))
+
+    def model_errors() -> str:
+        try:
+            fsdp2.shard_model(torch.nn.Linear(2, 2), "FULL_SHARD")
+        except NotImplementedError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the type is what the test judges
+            return f"{type(exc).__name__}: {exc}"
+        return "returned"
+
+    cases.append(("model errors", model_errors))
     return run_cases(ctx, cases)
 
 
@@ -102,7 +115,7 @@ def count(wire: list, kinds: tuple) -> int:
     return sum(w.kind in kinds for w in wire)
 
 
-@pytest.mark.points(3)
+@pytest.mark.points(2)
 @pytest.mark.exercises("shard_model")
 def test_parameters_are_dtensors_sharded_on_dim0(launch, impl):
     for strategy in ("FULL_SHARD", "HYBRID_SHARD"):
@@ -191,6 +204,10 @@ def test_hsdp_collectives_stay_in_their_mesh_dimension(launch, impl):
 @pytest.mark.exercises("build_mesh")
 def test_build_mesh_rejects_bad_arguments(launch, impl):
     _, got, _ = values(launch, impl, "mesh errors")
+    valid = got[0].pop("size-one")
+    assert valid == "mesh (4, 1)", (
+        f"build_mesh('HYBRID_SHARD', 4, shard_size=1) gave {valid}; a shard group of one rank is "
+        f"valid: a (4, 1) mesh")
     for label, text in got[0].items():
         assert text.startswith("ValueError"), (
             f"build_mesh ({label}): expected ValueError, got {text}")
@@ -213,3 +230,11 @@ def test_one_step_matches_single_process(launch, impl):
             assert_close(full, expected, dtype=torch.float32, tol=tol,
                          what=f"{strategy} {name} after one SGD step (local shards of ranks "
                               f"{MEMBERS[strategy]} concatenated)")
+
+
+@pytest.mark.points(1)
+@pytest.mark.exercises("shard_model")
+def test_shard_model_needs_blocks(launch, impl):
+    _, got, _ = values(launch, impl, "model errors")
+    assert got[0].startswith("ValueError"), (
+        f"shard_model on a model without `blocks`: expected ValueError, got {got[0]}")
