@@ -182,3 +182,29 @@ def test_a_correct_ring_may_receive_from_any_source_and_see_gloo():
         assert value["theirs"].tolist() == [float((rank - 1) % 3)] * 3
         assert value["objects"] == [{"rank": r} for r in range(3)]
         assert value["backend"] == "gloo"
+
+
+def rank_mesh(ctx):
+    """A 2 x 2 device mesh (as FSDP2's HSDP builds it) and an all-gather in each dimension."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("replicate", "shard"))
+    out = {}
+    for name in ("replicate", "shard"):
+        group = mesh.get_group(name)
+        got = torch.empty(2)
+        dist.all_gather_into_tensor(got, torch.tensor([float(ctx.rank)]), group=group)
+        out[name] = got.tolist()
+    return out
+
+
+def test_a_device_mesh_names_and_uses_its_groups():
+    """DeviceMesh resolves groups by name: the sidecar's Python ProcessGroup must keep the name
+    c10d gives it (fsdp's FSDP2 strategies run over the sidecar)."""
+    result = launch(rank_mesh, 4, backend="gloo", transport="sidecar", timeout=60)
+    for rank, value in enumerate(result.values):
+        row, col = divmod(rank, 2)
+        assert value["shard"] == [float(2 * row), float(2 * row + 1)]
+        assert value["replicate"] == [float(col), float(col + 2)]
+    groups = {w.group_ranks for w in result.wire[0] if w.kind == "allgather_base"}
+    assert groups == {(0, 1), (0, 2)}
