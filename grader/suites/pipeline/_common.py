@@ -23,7 +23,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from grader.compare import assert_close
+from grader.compare import assert_close, tolerance
 from grader.seeds import seeded_generator
 from harness import P2P_APIS, Forbid, RankTimeout
 from harness.cases import Memo
@@ -266,6 +266,7 @@ class TrainCase:
     width: int = 4
     rows: int = 8
     seed: int = 0
+    float32: bool = False  # a float32 model, train_step called without `dtype` (its default)
 
     @property
     def p(self) -> int:
@@ -273,7 +274,16 @@ class TrainCase:
 
     @property
     def name(self) -> str:
-        return f"{self.kind}-m={self.m}-layers={'+'.join(map(str, self.layers))}"
+        return (f"{self.kind}-m={self.m}-layers={'+'.join(map(str, self.layers))}"
+                f"{'-float32-default-dtype' if self.float32 else ''}")
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return torch.float32 if self.float32 else DTYPE
+
+    @property
+    def itemsize(self) -> int:
+        return 4 if self.float32 else 8
 
 
 def make_data(case: TrainCase) -> dict[str, Any]:
@@ -285,7 +295,11 @@ def make_data(case: TrainCase) -> dict[str, Any]:
     biases = [torch.randn(case.width, generator=gen, dtype=DTYPE) * 0.1 for _ in range(n)]
     batch = torch.randn(case.rows, case.width, generator=gen, dtype=DTYPE)
     targets = torch.randn(case.rows, case.width, generator=gen, dtype=DTYPE)
-    return {"weights": weights, "biases": biases, "batch": batch, "targets": targets}
+    data = {"weights": weights, "biases": biases, "batch": batch, "targets": targets}
+    if case.float32:  # values a float32 rank holds exactly; the reference stays float64
+        data = {k: ([t.float().double() for t in v] if isinstance(v, list) else v.float().double())
+                for k, v in data.items()}
+    return data
 
 
 def _forward(weights: Sequence[torch.Tensor], biases: Sequence[torch.Tensor],
@@ -405,13 +419,18 @@ def rank_train(ctx, cases: list[dict], datas: list[dict], with_errors: bool = Fa
             return x.tensor if isinstance(x, Held) else x
 
         b = case['rows'] // case['m']
+        batch, targets = data["batch"], data["targets"]
+        extra = {"dtype": torch.float64}
+        if case["float32"]:  # the documented default dtype, float32, for a float32 model
+            stage.float()
+            batch, targets, extra = batch.float(), targets.float(), {}
         ctx.mark(f"case {case['name']}")
         with hooks(pack, unpack):
             loss = mod.train_step(
                 stage, optimizer, kind=case['kind'], num_microbatches=case['m'],
-                in_shape=(b, case['width']), batch=data["batch"] if s == 0 else None,
-                targets=data["targets"] if s == p - 1 else None,
-                loss_fn=F.mse_loss if s == p - 1 else None, dtype=torch.float64)
+                in_shape=(b, case['width']), batch=batch if s == 0 else None,
+                targets=targets if s == p - 1 else None,
+                loss_fn=F.mse_loss if s == p - 1 else None, **extra)
         ctx.mark(f"end {case['name']}")
         return {"weights": [layer.weight.detach().clone() for layer in stage.layers],
                 "biases": [layer.bias.detach().clone() for layer in stage.layers],
@@ -521,22 +540,25 @@ def check_parity(case: TrainCase, values: Sequence[dict]) -> None:
                                          f": train_step must backpropagate into every stage")
                 assert_close(actual, expected, what=f"{where(s, p)} {case.name}: layer {i} "
                              f"{what}", hint=_grad_hint(case, data, s, i, what, actual,
-                                                          expected), hint_first=True)
+                                                          expected), hint_first=True,
+                             dtype=case.dtype)
     for s in range(p):
         got = values[s]
         for k, i in enumerate(stage_layers(case, s)):
             assert_close(got["weights"][k], data["weights"][i] - LR * gw[i],
                          what=f"{where(s, p)} {case.name}: layer {i} weight after the step",
                          hint="call optimizer.step() exactly once, after the last backward",
-                         hint_first=True)
+                         hint_first=True, dtype=case.dtype)
             assert_close(got["biases"][k], data["biases"][i] - LR * gb[i],
-                         what=f"{where(s, p)} {case.name}: layer {i} bias after the step")
+                         what=f"{where(s, p)} {case.name}: layer {i} bias after the step",
+                         dtype=case.dtype)
     if not isinstance(got_loss, float):
         raise AssertionError(f"{where(last, p)} {case.name}: train_step returned "
                              f"{type(got_loss).__name__}, expected the loss as a float")
     assert_close(torch.tensor(got_loss, dtype=DTYPE), torch.tensor(loss, dtype=DTYPE),
                  what=f"{where(last, p)} {case.name}: returned loss",
-                 hint="the mean over micro-batches of loss_fn's values", hint_first=True)
+                 hint="the mean over micro-batches of loss_fn's values", hint_first=True,
+                 tol=tolerance(case.dtype))
 
 
 def _near(a: torch.Tensor, b: torch.Tensor) -> bool:
