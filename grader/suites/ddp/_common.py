@@ -66,36 +66,76 @@ LAYOUT_POINTS = [1, 1, 1, 1, 1, 2, 1]
 
 
 def random_layout_specs(seed: int, count: int = 40) -> list[dict]:
-    """Random stacks of Linear layers (float32 or float64, some biases missing, some
-    parameters frozen) with caps drawn around the sums the packing rule compares: exactly a
-    run of consecutive parameters, one byte less, one more, zero, or larger than the model."""
+    """`count` specs from uniform seeded draws, then `count` drawn by hypothesis (see
+    `hypothesis_picks`), the same on every run: see `layout_spec`."""
     gen = seeded_generator(seed)
 
-    def pick(n: int) -> int:
+    def uniform(n: int) -> int:
         return int(torch.randint(0, n, (1,), generator=gen))
 
-    specs = []
-    for _ in range(count):
-        depth = 1 + pick(5)
-        widths = [1 + pick(12) for _ in range(depth + 1)]
-        biases = [bool(pick(4)) for _ in range(depth)]
-        dtype = ("float32", "float64")[pick(2)]
-        spec = {"arch": "seq", "widths": widths, "biases": biases, "dtype": dtype,
-                "cap_mb": 0.0}
-        names = [n for n, _ in build_model(spec, 0).named_parameters()]
-        spec["frozen"] = [n for n in names if pick(6) == 0]
-        sizes = [p.numel() * p.element_size() for n, p in
-                 reversed(list(build_model(spec, 0).named_parameters()))
-                 if n not in spec["frozen"]]
-        if sizes:
-            start = pick(len(sizes))
-            run = sum(sizes[start:start + 1 + pick(len(sizes) - start)])
-            cap = (run, run - 1, run + 1, 0, 2 * sum(sizes))[pick(5)]
-        else:
-            cap = 1 + pick(100)
-        spec["cap_mb"] = max(cap, 0) / MB
-        specs.append(spec)
-    return specs
+    specs = [layout_spec(uniform) for _ in range(count)]
+    return specs + [layout_spec(_choices(values)) for values in hypothesis_picks(seed, count)]
+
+
+def _choices(values: list[int]) -> Callable[[int], int]:
+    """`pick(n)` that takes its choices from `values` in order."""
+    stream = iter(values)
+    return lambda n: next(stream) % n
+
+
+# Hypothesis may draw integer literals it finds in loaded modules' source, and which modules
+# are loaded differs between sessions; drawing from a range no literal falls in keeps the
+# examples the same in every session (the offset is removed).
+DRAW_OFFSET = 7 * 10**40
+PICKS_PER_SPEC = 64  # more than any spec consumes: 1 + 6 + 5 + 1 + 12 + 2 + 1
+
+
+def hypothesis_picks(seed: int, count: int) -> list[list[int]]:
+    """`count` lists of raw choices drawn with hypothesis in the parent (it favours zeros and
+    small values: one-layer stacks, width 1, everything frozen, caps of 0). Hypothesis only
+    generates; the specs go into the launch and are judged afterwards (no shrinking)."""
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import seed as hypothesis_seed
+    from hypothesis import strategies as st
+
+    drawn: list[list[int]] = []
+    raw = st.integers(DRAW_OFFSET, DRAW_OFFSET + 2**40 - 1).map(lambda v: v - DRAW_OFFSET)
+
+    @hypothesis_seed(shifted(seed))
+    @settings(max_examples=count, database=None, deadline=None, derandomize=False,
+              phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+    @given(st.lists(raw, min_size=PICKS_PER_SPEC, max_size=PICKS_PER_SPEC))
+    def collect(values: list[int]) -> None:
+        drawn.append(values)
+
+    collect()
+    return drawn
+
+
+def layout_spec(pick: Callable[[int], int]) -> dict:
+    """A random stack of Linear layers (float32 or float64, some biases missing, some
+    parameters frozen) with a cap drawn around the sums the packing rule compares: exactly a
+    run of consecutive parameters, one byte less, one more, zero, or larger than the model.
+    `pick(n)` is a choice in [0, n)."""
+    depth = 1 + pick(5)
+    widths = [1 + pick(12) for _ in range(depth + 1)]
+    biases = [bool(pick(4)) for _ in range(depth)]
+    dtype = ("float32", "float64")[pick(2)]
+    spec: dict[str, Any] = {"arch": "seq", "widths": widths, "biases": biases, "dtype": dtype,
+                            "cap_mb": 0.0}
+    names = [n for n, _ in build_model(spec, 0).named_parameters()]
+    spec["frozen"] = [n for n in names if pick(6) == 0]
+    sizes = [p.numel() * p.element_size() for n, p in
+             reversed(list(build_model(spec, 0).named_parameters()))
+             if n not in spec["frozen"]]
+    if sizes:
+        start = pick(len(sizes))
+        run = sum(sizes[start:start + 1 + pick(len(sizes) - start)])
+        cap = (run, run - 1, run + 1, 0, 2 * sum(sizes))[pick(5)]
+    else:
+        cap = 1 + pick(100)
+    spec["cap_mb"] = max(cap, 0) / MB
+    return spec
 
 
 RANDOM_LAYOUTS = 40
