@@ -23,6 +23,7 @@ References are single-process plain torch in float64 on the global batch, built 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -67,14 +68,21 @@ LAYOUT_POINTS = [1, 1, 1, 1, 1, 2, 1]
 
 def random_layout_specs(seed: int, count: int = 40) -> list[dict]:
     """`count` specs from uniform seeded draws, then `count` drawn by hypothesis (see
-    `hypothesis_picks`), the same on every run: see `layout_spec`."""
+    `hypothesis_picks`), the same on every run: see `layout_spec`. Made once per session and
+    seed shift (each implementation's launch and test ask for them)."""
+    return [dict(spec) for spec in _layout_specs(seed, count, shifted(0))]
+
+
+@functools.cache
+def _layout_specs(seed: int, count: int, shift_key: int) -> tuple[dict, ...]:
     gen = seeded_generator(seed)
 
     def uniform(n: int) -> int:
         return int(torch.randint(0, n, (1,), generator=gen))
 
     specs = [layout_spec(uniform) for _ in range(count)]
-    return specs + [layout_spec(_choices(values)) for values in hypothesis_picks(seed, count)]
+    specs += [layout_spec(_choices(values)) for values in hypothesis_picks(seed, count)]
+    return tuple(specs)
 
 
 def _choices(values: list[int]) -> Callable[[int], int]:
