@@ -15,6 +15,7 @@ where the parent makes the spec, so parent and rank agree.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import torch
 
@@ -44,3 +45,37 @@ def shifted(seed: int) -> int:
 def seeded_generator(seed: int) -> torch.Generator:
     """A CPU generator seeded with `shifted(seed)`."""
     return torch.Generator().manual_seed(shifted(seed))
+
+
+# Hypothesis may draw integer literals it finds in loaded modules' source, and which modules are
+# loaded differs between sessions; integers drawn from a range no literal falls in (the offset
+# removed) keep the examples the same in every session.
+DRAW_OFFSET = 7 * 10**40
+
+
+def drawn_integers() -> Any:
+    """A hypothesis strategy of non-negative integers below 2**40 that draws the same in every
+    session (see `DRAW_OFFSET`)."""
+    from hypothesis import strategies as st
+
+    return st.integers(DRAW_OFFSET, DRAW_OFFSET + 2**40 - 1).map(lambda v: v - DRAW_OFFSET)
+
+
+def hypothesis_examples(strategy: Any, count: int, seed: int) -> list[Any]:
+    """`count` examples of `strategy`, drawn in the parent with hypothesis from `shifted(seed)`:
+    the same on every run. Hypothesis only generates here (no shrinking, no database); a suite
+    batches the examples into one launch and judges them afterwards."""
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import seed as hypothesis_seed
+
+    drawn: list[Any] = []
+
+    @hypothesis_seed(shifted(seed))
+    @settings(max_examples=count, database=None, deadline=None, derandomize=False,
+              phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+    @given(strategy)
+    def collect(example: Any) -> None:
+        drawn.append(example)
+
+    collect()
+    return drawn

@@ -166,3 +166,20 @@ def test_seed_shift_changes_the_draw_and_travels_in_the_environment(monkeypatch)
     assert not torch.equal(first, torch.randn(3, generator=seeds.seeded_generator(5)))
     with pytest.raises(ValueError, match="non-negative int"):
         seeds.set_shift(-1)
+
+
+def test_hypothesis_examples_are_the_same_on_every_run_and_move_with_the_seed_shift():
+    from hypothesis import strategies as st
+
+    from grader import seeds
+
+    strategy = st.lists(seeds.drawn_integers(), min_size=1, max_size=5)
+    first = seeds.hypothesis_examples(strategy, 20, seed=3)
+    assert len(first) == 20 and first == seeds.hypothesis_examples(strategy, 20, seed=3)
+    assert all(0 <= v < 2**40 for example in first for v in example)
+    old = seeds.current_shift()
+    try:
+        seeds.set_shift(1)
+        assert seeds.hypothesis_examples(strategy, 20, seed=3) != first
+    finally:
+        seeds.set_shift(old)

@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from grader.compare import Tolerance, bound, steps_bound
-from grader.seeds import seeded_generator, shifted
+from grader.seeds import drawn_integers, hypothesis_examples, seeded_generator, shifted
 from grader.suites.ddp._ranks import build_model, loss_fn, rank_cases
 from harness.cases import Memo, case_values
 from harness.launcher import preload
@@ -91,33 +91,17 @@ def _choices(values: list[int]) -> Callable[[int], int]:
     return lambda n: next(stream) % n
 
 
-# Hypothesis may draw integer literals it finds in loaded modules' source, and which modules
-# are loaded differs between sessions; drawing from a range no literal falls in keeps the
-# examples the same in every session (the offset is removed).
-DRAW_OFFSET = 7 * 10**40
 PICKS_PER_SPEC = 64  # more than any spec consumes: 1 + 6 + 5 + 1 + 12 + 2 + 1
 
 
 def hypothesis_picks(seed: int, count: int) -> list[list[int]]:
     """`count` lists of raw choices drawn with hypothesis in the parent (it favours zeros and
-    small values: one-layer stacks, width 1, everything frozen, caps of 0). Hypothesis only
-    generates; the specs go into the launch and are judged afterwards (no shrinking)."""
-    from hypothesis import HealthCheck, Phase, given, settings
-    from hypothesis import seed as hypothesis_seed
+    small values: one-layer stacks, width 1, everything frozen, caps of 0)."""
     from hypothesis import strategies as st
 
-    drawn: list[list[int]] = []
-    raw = st.integers(DRAW_OFFSET, DRAW_OFFSET + 2**40 - 1).map(lambda v: v - DRAW_OFFSET)
-
-    @hypothesis_seed(shifted(seed))
-    @settings(max_examples=count, database=None, deadline=None, derandomize=False,
-              phases=[Phase.generate], suppress_health_check=list(HealthCheck))
-    @given(st.lists(raw, min_size=PICKS_PER_SPEC, max_size=PICKS_PER_SPEC))
-    def collect(values: list[int]) -> None:
-        drawn.append(values)
-
-    collect()
-    return drawn
+    return hypothesis_examples(
+        st.lists(drawn_integers(), min_size=PICKS_PER_SPEC, max_size=PICKS_PER_SPEC),
+        count, seed)
 
 
 def layout_spec(pick: Callable[[int], int]) -> dict:

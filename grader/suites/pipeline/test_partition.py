@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
-from grader.seeds import seeded_generator, shifted
+from grader.seeds import drawn_integers, hypothesis_examples, seeded_generator
 from grader.suites.pipeline._common import check_partition, rank_pure
 from harness.cases import Memo, case_value
 
@@ -20,12 +19,6 @@ pytestmark = pytest.mark.exercises("partition")
 MEMO = Memo()
 BAD = [("stages=0", [[1, 2, 3], 0]), ("stages>layers", [[1, 2], 3]),
        ("negative-cost", [[1, -2, 3], 2])]
-
-
-# Hypothesis may draw integer literals it finds in loaded modules' source, and which modules
-# are loaded differs between sessions; drawing from a range no literal falls in keeps the
-# examples the same in every session (the offset is removed).
-DRAW_OFFSET = 7 * 10**40
 
 
 def _seeded_cases() -> list[tuple[list[int], int]]:
@@ -44,18 +37,10 @@ def _hypothesis_cases(count: int = 40) -> list[tuple[list[int], int]]:
     2 to 12 layers of cost 0 to 19 (zeros and equal costs make ties), 1 to n stages; hypothesis
     favours the small and degenerate ones the uniform draws rarely give. Hypothesis only
     generates; the calls go into the one launch and are judged afterwards (no shrinking)."""
-    drawn: list[tuple[list[int], int]] = []
-    raw = st.integers(DRAW_OFFSET, DRAW_OFFSET + 2**40 - 1).map(lambda v: v - DRAW_OFFSET)
-
-    @seed(shifted(77))
-    @settings(max_examples=count, database=None, deadline=None, derandomize=False,
-              phases=[Phase.generate], suppress_health_check=list(HealthCheck))
-    @given(st.lists(raw, min_size=2, max_size=12), raw)
-    def collect(values: list[int], stages: int) -> None:
-        drawn.append(([v % 20 for v in values], 1 + stages % len(values)))
-
-    collect()
-    return drawn
+    raw = drawn_integers()
+    return [([v % 20 for v in values], 1 + stages % len(values)) for values, stages in
+            hypothesis_examples(st.tuples(st.lists(raw, min_size=2, max_size=12), raw),
+                                count, 77)]
 
 
 OPTIMUM = [([4, 1, 1, 1, 1, 4], 3), ([1, 2, 3, 4, 5, 6, 7, 8], 3), ([10, 1, 1, 1, 1, 1], 2),
