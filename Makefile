@@ -2,7 +2,7 @@
 include venv.mk
 ARGS   ?=
 
-.PHONY: test grade selfcheck lint bench release
+.PHONY: test grade selfcheck lint bench release gpu-check
 
 ## make test: lint (ruff, mypy; seconds), the project's own tests (harness, grader), then the
 ## selfcheck of every assignment.
@@ -12,6 +12,8 @@ test: lint
 	@# control group's pids.max, or the process limit of its rank's own user), not per machine.
 	$(PY) -m pytest -n 2 grader/tests/test_adversarial.py
 	$(PY) -m grader selfcheck
+	@# The GPU check's plan, dry-run: on a CPU machine it runs nothing, so it cannot rot unseen.
+	$(PY) -m grader gpu-check --dry-run > /dev/null && echo "gpu-check: plan ok (dry run)"
 
 ## make grade ARGS="ring_allreduce --impl solutions": grade public + hidden suites.
 grade: $(STAMP)
@@ -22,6 +24,11 @@ selfcheck: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m grader bench $(ARGS)
+
+## make gpu-check: on a CUDA machine, grade every solution and stub with the GPU visible, run
+## the GPU tests and benchmarks; report in grading/gpu-check.md (docs/gpu/). Without CUDA: "not run".
+gpu-check: $(STAMP)
+	$(PY) -m grader gpu-check $(ARGS)
 
 ## make release ARGS="--out DIR": the student repository, leak-checked (default --out release).
 release: $(STAMP)

@@ -1,4 +1,4 @@
-"""Rotary embeddings (12 points): rotate_half's layout, the cos/sin tables, rotation at given
+"""Rotary embeddings (10 points): rotate_half's layout, the cos/sin tables, rotation at given
 positions (per sequence and per batch row, different head counts for q and k), and the property
 RoPE exists for: a rotated query-key score depends only on the distance between positions."""
 
@@ -89,7 +89,7 @@ def test_rope_cache_tables(probes):
         close(got[1], sin, f"sin of {what}", dtype=dtype, hint=hint)
 
 
-@pytest.mark.points(3)
+@pytest.mark.points(2)
 @pytest.mark.exercises("apply_rotary_pos_emb")
 def test_apply_rotary_at_given_positions(probes):
     hint = said(hint=("x * cos[positions] + rotate_half(x) * sin[positions], broadcast over "
@@ -105,7 +105,7 @@ def test_apply_rotary_at_given_positions(probes):
         close(got[1], ref_rotate(K, positions, BASE), f"k of {what}", dtype=dtype, hint=hint)
 
 
-@pytest.mark.points(3)
+@pytest.mark.points(2)
 @pytest.mark.exercises("rope_cache", "apply_rotary_pos_emb", "rotate_half")
 def test_rotated_scores_depend_only_on_the_distance(probes):
     scores = result(probes, "scores", "q·k of rotated vectors at positions 0..23")
