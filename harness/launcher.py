@@ -120,7 +120,7 @@ def launch(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] =
     ForbiddenCallError, RankExit, RankTimeout, PayloadError — see harness.errors. Raises
     ValueError for bad arguments (a nested function, a bad --impl, rank_args of wrong length).
 
-    `transport="sidecar"` (gloo only; NCCL keeps the in-rank path): each rank's traffic is
+    `transport="sidecar"` (gloo only: with it, `auto` means gloo even where GPUs exist): each rank's traffic is
     carried and logged by a sidecar process outside the rank (harness/sidecar.py); the launch
     then also raises ForbiddenCallError for a forbidden operation on the wire and
     WireMismatchError when a rank's log disagrees with what was carried.
@@ -165,11 +165,16 @@ def _launch_once(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[
     qualname = fn.__qualname__
     spec = impl if isinstance(impl, ImplSpec) else resolve_impl(impl)
     chosen_backend = resolve_backend(backend, world_size)
+    if transport == "sidecar":
+        # The sidecar carries CPU tensors over gloo; the cost it logs is the verdict, so it is
+        # never quietly swapped for the in-rank log because a GPU happens to be there.
+        if backend == "nccl":
+            raise ValueError("transport='sidecar' carries CPU tensors over gloo; it cannot run "
+                             "with backend='nccl'")
+        chosen_backend = "gloo"
     args_bytes = _saved((tuple(args), dict(kwargs or {})))
     own_args = [None if rank_args is None else _saved(tuple(rank_args[r]))
                 for r in range(world_size)]
-    if chosen_backend != "gloo":
-        transport = "in-rank"
     mp_context()  # starts the forkserver on the first launch of this process
     wrapper = forkserver.wrapper()  # the sandbox, if any: fixed once the forkserver runs
     uids = [None if wrapper is None or wrapper.rank_uid_base is None

@@ -38,6 +38,7 @@ from harness.context import RankContext
 from harness.errors import ForbiddenCallError
 from harness.impl import ImplSpec
 
+MIXED_NCCL = "cpu:gloo,cuda:nccl"  # an NCCL rank's group: CUDA tensors by NCCL, CPU by gloo
 MAX_ERROR_CHARS = 20_000
 _PR_SET_PDEATHSIG = 1
 _PR_SET_DUMPABLE = 4
@@ -166,7 +167,9 @@ def _run(job: RankJob) -> tuple[Any, CommLog]:
         torch.cuda.set_device(job.rank)
         device = torch.device("cuda", job.rank)
     store = dist.FileStore(job.store_path, job.world_size)
-    backend = job.backend
+    # NCCL moves only CUDA tensors; suites also exchange CPU tensors (flags, counts, a CPU
+    # model on one rank of a GPU machine), so an NCCL rank gets gloo for its CPU tensors.
+    backend = MIXED_NCCL if job.backend == "nccl" else job.backend
     if job.transport == "sidecar":
         from harness import sidecar
 

@@ -156,6 +156,19 @@ def test_nested_functions_are_refused_before_starting_anything():
         launch(local)
 
 
+def test_a_sidecar_launch_keeps_gloo_where_gpus_cover_the_world(monkeypatch):
+    """Simulated GPUs: `auto` would pick NCCL, but the sidecar's wire log is the cost verdict,
+    so a sidecar launch stays on gloo (and refuses an explicit NCCL)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    monkeypatch.setattr(torch.distributed, "is_nccl_available", lambda: True)
+    assert resolve_backend("auto", 2) == "nccl"
+    with pytest.raises(ValueError, match="sidecar"):
+        launch(rankfns.describe, world_size=2, backend="nccl", transport="sidecar")
+    result = launch(rankfns.describe, world_size=2, impl="solutions", transport="sidecar")
+    assert result.backend == "gloo" and result.wire is not None
+
+
 def test_backend_auto_is_gloo_without_enough_gpus():
     if torch.cuda.is_available() and torch.cuda.device_count() >= 2:
         assert resolve_backend("auto", 2) == "nccl"
