@@ -120,8 +120,9 @@ def launch(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] =
     ForbiddenCallError, RankExit, RankTimeout, PayloadError — see harness.errors. Raises
     ValueError for bad arguments (a nested function, a bad --impl, rank_args of wrong length).
 
-    `transport="sidecar"` (gloo only: with it, `auto` means gloo even where GPUs exist): each rank's traffic is
-    carried and logged by a sidecar process outside the rank (harness/sidecar.py); the launch
+    `transport="sidecar"` (gloo only: with it, `auto` means gloo even where GPUs exist): each
+    rank's traffic is carried and logged by a sidecar process outside the rank
+    (harness/sidecar.py); the launch
     then also raises ForbiddenCallError for a forbidden operation on the wire and
     WireMismatchError when a rank's log disagrees with what was carried.
 
