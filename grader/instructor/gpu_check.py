@@ -330,11 +330,17 @@ def machine_facts() -> dict[str, str]:
     return facts
 
 
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A GitHub Markdown table; `|` in a cell is escaped."""
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
+
+    return "\n".join([line(headers), line(["---"] * len(headers)), *map(line, rows)])
+
+
 def render_markdown(results: Sequence[StepResult], facts: dict[str, str], wall_s: float) -> str:
     """The report a person reads: the machine, one row per assignment, the other steps, and
     the output of each benchmark and failing step."""
-    from grader.reports import format_table
-
     ok = all(r.ok for r in results)
     lines = ["# GPU check", "",
              f"Verdict: **{'every step as expected' if ok else 'some steps disagree'}** "
@@ -350,14 +356,17 @@ def render_markdown(results: Sequence[StepResult], facts: dict[str, str], wall_s
     for assignment, pair in by_assignment.items():
         solution, stub = pair.get("solutions"), pair.get("stub")
         gpu = solution.gpu_tests if solution else {}
-        ran = (", ".join(f"{name} {outcome}" for name, outcome in gpu.items())
-               if gpu else "CPU tests only (GPU visible)")
+        passed = sum(1 for outcome in gpu.values() if outcome == "passed")
+        failed = [name for name, outcome in gpu.items() if outcome != "passed"]
+        ran = (f"{passed}/{len(gpu)} GPU tests passed" + (
+            f" (not: {', '.join(failed)})" if failed else "") if gpu
+            else "CPU tests only (GPU visible)")
         rows.append((assignment, _cell(solution), _cell(stub), ran))
-    lines += [format_table(["assignment", "solution", "stub", "what ran on the GPU"], rows), ""]
+    lines += [markdown_table(["assignment", "solution", "stub", "what ran on the GPU"], rows), ""]
     others = [r for r in results if r.kind != "grade"]
     if others:
         lines += ["## Benchmarks, project tests, NCCL", "",
-                  format_table(["step", "verdict", "last line", "seconds"],
+                  markdown_table(["step", "verdict", "last line", "seconds"],
                                [(r.step, r.status, r.note, f"{r.wall_s:.1f}") for r in others]),
                   ""]
     for r in results:
@@ -378,6 +387,13 @@ def _cell(result: StepResult | None) -> str:
     mark = "ok" if result.ok else "**FAIL**"
     return f"{mark} {result.score:g}/{result.max_score:g}" + (
         f" ({result.excluded_points:g} not graded)" if result.excluded_points else "")
+
+
+def load_results(path: Path) -> tuple[list[StepResult], dict[str, str], float]:
+    """What `write_reports` wrote as JSON, to render again (a report kept under docs/gpu/)."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return ([StepResult(**step) for step in data["steps"]], dict(data["machine"]),
+            float(data["wall_s"]))
 
 
 def write_reports(out: Path, results: Sequence[StepResult], facts: dict[str, str],
@@ -405,6 +421,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", type=Path, default=Path("grading"),
                         help=f"where {REPORT_MD} and {REPORT_JSON} go (default: grading/)")
     parser.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
+    parser.add_argument("--render", type=Path, default=None, metavar="JSON",
+                        help=f"only write the Markdown report of a kept {REPORT_JSON} beside it")
     parser.add_argument("--force", action="store_true",
                         help="run even without CUDA (a rehearsal of the machinery on a CPU)")
     parser.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S,
@@ -419,6 +437,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _command(args: argparse.Namespace, course: Course) -> int:
+    if args.render is not None:
+        results, facts, wall = load_results(args.render)
+        target = args.render.with_suffix(".md")
+        target.write_text(render_markdown(results, facts, wall) + "\n", encoding="utf-8")
+        print(f"wrote {target}")
+        return 0
     for assignment_id in args.ids:
         try:
             course.get(assignment_id)

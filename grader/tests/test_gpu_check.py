@@ -116,7 +116,11 @@ def test_the_report_has_a_row_per_assignment_and_the_failures(tmp_path):
     md, js = gpu_check.write_reports(tmp_path, [sol, stub, bench], {"gpus": "H100"}, 6.0)
     text = md.read_text()
     assert "some steps disagree" in text and "**FAIL** 98/100" in text and "ok 0/100" in text
-    assert "test_gpu failed" in text and "test_gpu: differs" in text and "| ratio | 3.1 |" in text
+    assert "0/1 GPU tests passed (not: test_gpu)" in text and "test_gpu: differs" in text
+    assert "| ratio | 3.1 |" in text and "| x | **FAIL** 98/100 | ok 0/100 |" in text
+    results, facts, wall = gpu_check.load_results(js)
+    assert [r.step for r in results] == ["x solutions", "x stub", "bench x"]
+    assert gpu_check.render_markdown(results, facts, wall) + "\n" == text, "renders again"
     data = json.loads(js.read_text())
     assert data["ok"] is False and [s["step"] for s in data["steps"]] == [
         "x solutions", "x stub", "bench x"]
