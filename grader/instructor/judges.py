@@ -69,6 +69,41 @@ def judge_solution(session: Session) -> list[str]:
     ]
 
 
+def judge_independent(session: Session, not_attempted: set[str]) -> list[str]:
+    """Breaches of "an independent correct implementation gets every point" (fairness,
+    docs/design.md principle 5): every graded test passes, except the tests of optional parts
+    it leaves out on purpose (`not_attempted`, test names as `test_x[param]`), which must
+    score nothing."""
+    run, problems = usable(session, "independent implementation")
+    if run is None:
+        return problems
+    for t in graded(run):
+        name = t.nodeid.rsplit("::", 1)[-1]
+        if name in not_attempted:
+            if t.score:
+                problems.append(f"independent implementation earns {t.score} point(s) in "
+                                f"{t.nodeid}, a part it does not attempt")
+        elif not t.passed:
+            problems.append(f"independent implementation (a correct one) fails {t.nodeid}: "
+                            f"{t.feedback}")
+    return problems
+
+
+def not_attempted(root: Path, assignment: str) -> set[str]:
+    """Tests of optional parts (a stretch goal) an independent implementation leaves out on
+    purpose, one per line in `grader/tests/independent/<id>/NOT_ATTEMPTED` (# comments)."""
+    listed = independent_root(root) / assignment / "NOT_ATTEMPTED"
+    if not listed.is_file():
+        return set()
+    lines = listed.read_text(encoding="utf-8").splitlines()
+    return {line.split("#")[0].strip() for line in lines} - {""}
+
+
+def independent_root(root: Path) -> Path:
+    """Where the independent implementations live, laid out like assignments/."""
+    return root / "grader" / "tests" / "independent"
+
+
 def judge_stub(session: Session) -> list[str]:
     """Breaches of "the stub scores zero, every test failing with not implemented"."""
     run, problems = usable(session, "stub")

@@ -9,6 +9,9 @@ Per assignment, these checks (docs/design.md, principle 5):
 - solution: the reference solution passes every graded test;
 - stub: every graded test fails with "not implemented" — a crash, a hang, a pass or a failure
   for another reason is a breach;
+- independent: the independent correct implementation in `grader/tests/independent/<id>/`
+  (written from the stubs' docstrings and the README by someone else) gets every point, less
+  the optional parts its `NOT_ATTEMPTED` lists, which must score nothing (fairness);
 - mutants: every `solutions/<id>/mutants/<name>.py` fails at least one test (run with `-x`;
   the test that caught it is printed);
 - margins: the solution also passes with every seed shifted and with 2 torch threads per rank
@@ -42,10 +45,12 @@ from grader.instructor.judges import (
     Verdict,
     check_signatures,
     graded,
+    judge_independent,
     judge_mutant,
     judge_points,
     judge_solution,
     judge_stub,
+    not_attempted,
     usable,
 )
 from grader.instructor.partial import (
@@ -80,8 +85,8 @@ __all__ = ["CHECKS", "MARGIN_RUNS", "Batch", "Job", "MarginReport", "Verdict", "
            "variation_text"]
 
 
-CHECKS = ("signatures", "points", "solution", "stub", "mutants", "feedback", "partial", "margins",
-          "worksheet")
+CHECKS = ("signatures", "points", "solution", "stub", "independent", "mutants", "feedback",
+          "partial", "margins", "worksheet")
 
 
 def selfcheck(
@@ -274,6 +279,9 @@ def _record(job: Job, session: Session, checks: dict[str, Verdict], course: Cour
         breaches = [f"with {variation_text(job.variation)}: {b}"
                     for b in judge_solution(session)]
         verdict = checks["margins"]
+    elif job.kind == "independent":
+        breaches = judge_independent(session, not_attempted(root, job.assignment))
+        verdict = checks["independent"]
     elif job.kind == "mutant":
         name = job.impl.mutant_name
         caught, breaches = judge_mutant(session, name)

@@ -51,8 +51,9 @@ class Job:
     """One pytest session of the selfcheck."""
 
     assignment: str
-    # "solution", "stub", "mutant", "margin" (the solution, inputs varied) or "partial" (the
-    # solution with one public name stubbed: `subject`)
+    # "solution", "stub", "independent" (grader/tests/independent/), "mutant", "margin" (the
+    # solution, inputs varied) or "partial" (the solution with one public name stubbed:
+    # `subject`)
     kind: str
     impl: ImplSpec
     paths: tuple[Path | str, ...]  # suite files, or (margin runs) node ids
@@ -72,6 +73,8 @@ class Job:
             return f"{self.assignment} solution with only {self.subject} stubbed"
         if self.kind == "margin":
             return f"{self.assignment} solution ({variation_text(self.variation)})"
+        if self.kind == "independent":
+            return f"{self.assignment} independent implementation"
         return f"{self.assignment} {self.kind}"
 
     @property
@@ -99,7 +102,7 @@ def plan(course: Course, ids: list[str], root: Path, suites: Path | None,
     """Every implementation run: solutions, stubs, the partial-credit variants (when
     `variants` holds them), margins, mutants."""
     jobs: list[Job] = []
-    for kind in ("solution", "stub", "partial", "margin", "mutant"):
+    for kind in ("solution", "stub", "independent", "partial", "margin", "mutant"):
         for assignment in course.select(ids):
             paths = tuple(suite_paths(assignment.id, root, suites))
             if not paths:
@@ -112,6 +115,13 @@ def plan(course: Course, ids: list[str], root: Path, suites: Path | None,
                                  changes=stub_changes(found.modules[name], name),
                                  always=tuple(sorted({name} | found.dependants[name])))
                              for name in found.names]
+            elif kind == "independent":
+                # Fairness: a correct implementation nobody here wrote, graded in the same
+                # session as the solution (it changes everything, so every test runs for it).
+                folder = root / "grader" / "tests" / "independent"
+                if (folder / assignment.id).is_dir():
+                    jobs.append(Job(assignment.id, "independent",
+                                    resolve_impl(str(folder), root), paths))
             elif kind == "margin":
                 jobs += [Job(assignment.id, "margin", resolve_impl("solutions", root), paths,
                              variation) for variation in MARGIN_RUNS]

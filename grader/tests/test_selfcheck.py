@@ -19,7 +19,14 @@ from grader.instructor.selfcheck import (
 from grader.manifest import load_manifest
 from grader.results import RunResult
 from grader.runner import Session
-from grader.tests._fakes import entry, make_course, session, solution_tests, stub_tests
+from grader.tests._fakes import (
+    SOLUTION,
+    entry,
+    make_course,
+    session,
+    solution_tests,
+    stub_tests,
+)
 
 NOT_IMPL = "not implemented yet: add: see README §1"
 
@@ -130,6 +137,8 @@ def fake_sessions(monkeypatch, sessions: dict):
 
     def canned(impl, extra):
         key = f"{impl.text} {' '.join(extra)}".strip()
+        if impl.kind == "dir" and impl.text in sessions:  # the independent implementation
+            return sessions[impl.text]
         if impl.kind == "dir":  # a partial-credit variant: the solution with one name stubbed
             return sessions.get("partial", sessions.get("assignments"))
         return sessions.get(key, sessions.get(impl.text))
@@ -176,7 +185,7 @@ def test_selfcheck_passes_a_sound_course(tmp_path, monkeypatch):
         ("assignments", False), ("mutant:toy/off_by_one", True),
         *[("solutions", False)] * (1 + len(MARGIN_RUNS))]
     assert "mutant:toy/off_by_one: caught by suites/toy/test_x.py::test_add (no)" in output
-    assert "toy         ✓           ✓       ✓         ✓     ✓ 1/1 caught  ✓ 1/1     ✓ 1/1" in output
+    assert "toy         ✓           ✓       ✓         ✓     -            ✓ 1/1 caught  ✓ 1/1     ✓ 1/1" in output
     assert "  toy: worst 0.10 in test_x.py::test_add: out" in output
     assert "selfcheck passed in" in output.splitlines()[-1]
 
@@ -196,7 +205,7 @@ def test_selfcheck_reports_every_breach(tmp_path, monkeypatch):
     assert "toy points: suites carry 8 points, the manifest says points = 9" in breaches
     assert "toy stub: stub: the session hung and was killed" in breaches
     assert "toy mutants: mutant harmless passes every test" in breaches
-    assert "toy         ✗           ✗       ✓         ✗     ✗ 0/1 caught" in output
+    assert "toy         ✗           ✗       ✓         ✗     -            ✗ 0/1 caught" in output
 
 
 def test_a_solution_that_fails_or_is_close_to_its_tolerance_in_a_margin_run_is_a_breach(
@@ -249,7 +258,7 @@ def test_selfcheck_end_to_end_on_a_toy_course(tmp_path):
     code, output = run_selfcheck(root)
     assert code == 1, output  # the one breach: the toy course has no mutants
     assert "toy solution: ok" in output and "toy stub: ok" in output
-    assert "toy         ✓           ✓       ✓         ✓     ✗" in output
+    assert "toy         ✓           ✓       ✓         ✓     -            ✗" in output
     assert "toy solution (seeds shifted by 1, 2 threads per rank): ok" in output
     assert "  toy: worst 0.00 in test_toy.py::test_add_close: add(0.5, 0.25)" in output
     assert output.count("\n  - ") == 1 and "has no mutant" in output
@@ -439,3 +448,29 @@ def test_merged_margin_runs_are_balanced_over_the_free_workers():
     assert balanced(todo[:1], 3, cost) == [(todo[0],)]
     assert len(balanced(todo, 1, cost)) == 1
     assert "triton_kernels" in SOLO_MARGINS
+
+
+def test_an_independent_implementation_must_get_every_point_but_what_it_skips(
+        tmp_path, monkeypatch):
+    """grader/tests/independent/<id>/ is graded in the solution's session; it must pass every
+    test except those its NOT_ATTEMPTED lists, which must score nothing."""
+    root = make_course(tmp_path, mutants={"off_by_one": 'FEEDBACK = "no"\n'})
+    folder = root / "grader" / "tests" / "independent"
+    (folder / "toy").mkdir(parents=True)
+    (folder / "toy" / "toy.py").write_text(SOLUTION)
+    base = solution_tests()
+    assert len(base) > 1, "the toy suite has more than one test"
+    lost = [entry(t["name"], "failed", points=t["points"], reason="differs") for t in base[1:]]
+    fake_sessions(monkeypatch, {
+        "solutions": session(base, impl="solutions"),
+        "assignments": session(stub_tests()),
+        str(folder): session([base[0], *lost], impl=str(folder)),
+        "mutant:toy/off_by_one": session([entry("test_add", "failed", points=2, reason="no")]),
+    })
+    code, output = run_selfcheck(root)
+    assert code == 1 and "independent implementation (a correct one) fails" in output, output
+    (folder / "toy" / "NOT_ATTEMPTED").write_text(
+        "".join(f"{t['name']}  # a stretch part\n" for t in lost))
+    code, output = run_selfcheck(root)
+    assert code == 0, output
+    assert "toy independent implementation: ok" in output
