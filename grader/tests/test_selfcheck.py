@@ -185,7 +185,8 @@ def test_selfcheck_passes_a_sound_course(tmp_path, monkeypatch):
         ("assignments", False), ("mutant:toy/off_by_one", True),
         *[("solutions", False)] * (1 + len(MARGIN_RUNS))]
     assert "mutant:toy/off_by_one: caught by suites/toy/test_x.py::test_add (no)" in output
-    assert "toy         ✓           ✓       ✓         ✓     -            ✓ 1/1 caught  ✓ 1/1     ✓ 1/1" in output
+    assert ("toy         ✓           ✓       ✓         ✓     -            ✓ 1/1 caught  ✓ 1/1     "
+            "✓ 1/1") in output
     assert "  toy: worst 0.10 in test_x.py::test_add: out" in output
     assert "selfcheck passed in" in output.splitlines()[-1]
 
