@@ -133,6 +133,14 @@ def compare_snapshot(got: list[tuple], exp: list[tuple], op: tuple, exp_rec: dic
     got_by, exp_by = {s[0]: s for s in got}, {s[0]: s for s in exp}
     if op[0] == "malloc" and exp_rec["ret"] is not None:
         ret = exp_rec["ret"]
+        exp_seg = next((seg for seg in exp if any(b[0] == ret for b in seg[4])), None)
+        got_seg = next((seg for seg in got if any(b[0] == ret for b in seg[4])), None)
+        if exp_seg and got_seg and exp_seg[1:4] != got_seg[1:4]:
+            raise TraceMismatch(
+                f"{where}: the block came from a {got_seg[3]}-pool segment of {got_seg[1]} "
+                f"bytes, expected a {exp_seg[3]}-pool segment of {exp_seg[1]}: a request of at "
+                f"most 1 MiB after rounding uses the small pool (2 MiB segments), a larger one "
+                f"the large pool (segment size from allocation_size)")
         exp_blk = next((b for s in exp for b in s[4] if b[0] == ret), None)
         got_blk = next((b for s in got for b in s[4] if b[0] == ret), None)
         if exp_blk and got_blk and exp_blk[1] != got_blk[1]:
@@ -150,9 +158,9 @@ def compare_snapshot(got: list[tuple], exp: list[tuple], op: tuple, exp_rec: dic
     for addr in sorted(set(got_by) - set(exp_by)):
         seg = got_by[addr]
         raise TraceMismatch(
-            f"{where}: snapshot() lists a segment of {seg[1]} bytes the policy does not hold "
-            f"(empty_cache and the out-of-memory retry release every unsplit free segment; "
-            f"new segments only on a cache miss)")
+            f"{where}: snapshot() lists a segment of {seg[1]} bytes the policy does not hold: "
+            f"empty_cache and the out-of-memory retry synchronize first (pending blocks return "
+            f"to the cache), then release every unsplit free segment")
     for addr in sorted(exp_by):
         g, e = got_by[addr], exp_by[addr]
         if g[:4] != e[:4]:
@@ -174,6 +182,19 @@ def compare_snapshot(got: list[tuple], exp: list[tuple], op: tuple, exp_rec: dic
                                     f"{gb[2]}) in a segment, expected (offset {eb[0] - addr}, "
                                     f"{eb[1]} bytes, {eb[2]})")
         raise TraceMismatch(f"{where}: a segment has {len(g[4])} blocks, expected {len(e[4])}")
+
+
+def released_split(got: dict, exp: dict, where: str) -> None:
+    """Raise when the implementation released a segment that the policy keeps because it is
+    split or in use (checked first when an error differs: it explains the difference)."""
+    if "snapshot" not in got:
+        return
+    have = {seg[0] for seg in decode(got["snapshot"])}
+    for seg in exp["snapshot"]:
+        if seg[0] not in have and (len(seg[4]) > 1 or seg[4][0][2] != "free"):
+            raise TraceMismatch(
+                f"{where}: a segment that is split or holds allocated or pending blocks was "
+                f"released: release only unsplit segments (one free block)")
 
 
 def check_identities(stats: list, snap: list[tuple], device: list, where: str) -> None:
@@ -223,6 +244,7 @@ def judge_trace(capacity: int, ops: list[tuple], trace: list[dict], name: str) -
                                     f"other")
             continue
         if got["error"] != exp["error"]:
+            released_split(got, exp, where)
             hint = ""
             if exp["error"] is None and got["error"] == "OutOfMemoryError":
                 hint = (": on DeviceOutOfMemory, empty the cache (release every unsplit free "
@@ -248,7 +270,9 @@ def judge_trace(capacity: int, ops: list[tuple], trace: list[dict], name: str) -
                 raise TraceMismatch(f"{where}: {key} is {g}, expected {e}: {STAT_HINTS[key]}")
         for key, g, e in zip(DEVICE_KEYS, got["device"], exp["device"], strict=True):
             if g != e:
-                raise TraceMismatch(f"{where}: the device's {key} is {g}, expected {e}")
+                raise TraceMismatch(f"{where}: the device's {key} is {g}, expected {e}: call "
+                                    f"device.malloc once per cache miss and once more (the "
+                                    f"retry) after emptying the cache when it raised")
         if exp["error"] == "OutOfMemoryError":
             check_oom(got["oom"], exp["oom"], where)
     if len(trace) != len(ops):
