@@ -15,8 +15,9 @@ Vocabulary used below (README §2):
   rounded request, the smallest; between equal sizes, the lowest address.
 
 Errors, everywhere: `ValueError` for a size < 1, a stream < 0, or a pointer that is not the
-address of an allocated block (unknown, already freed, or inside a block); `OutOfMemoryError`
-when the device cannot give the segment even after the cache was emptied (README §5).
+address of an allocated block (unknown, already freed, or inside a block), raised before
+anything changes; `OutOfMemoryError` when the device cannot give the segment even after the
+cache was emptied (README §5).
 """
 
 from __future__ import annotations

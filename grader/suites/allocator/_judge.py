@@ -137,10 +137,10 @@ def compare_snapshot(got: list[tuple], exp: list[tuple], op: tuple, exp_rec: dic
         got_seg = next((seg for seg in got if any(b[0] == ret for b in seg[4])), None)
         if exp_seg and got_seg and exp_seg[1:4] != got_seg[1:4]:
             raise TraceMismatch(
-                f"{where}: the block came from a {got_seg[3]}-pool segment of {got_seg[1]} "
-                f"bytes, expected a {exp_seg[3]}-pool segment of {exp_seg[1]}: a request of at "
-                f"most 1 MiB after rounding uses the small pool (2 MiB segments), a larger one "
-                f"the large pool (segment size from allocation_size)")
+                f"{where}: wrong pool or segment size: a request of at most 1 MiB after "
+                f"rounding uses the small pool (2 MiB segments), a larger one the large pool "
+                f"(allocation_size); got {got_seg[3]}, {got_seg[1]} bytes, expected "
+                f"{exp_seg[3]}, {exp_seg[1]}")
         exp_blk = next((b for s in exp for b in s[4] if b[0] == ret), None)
         got_blk = next((b for s in got for b in s[4] if b[0] == ret), None)
         if exp_blk and got_blk and exp_blk[1] != got_blk[1]:
