@@ -122,6 +122,8 @@ def test_free_then_malloc_hits_the_cache(basics):
         (1024, "allocated"), (2 * MIB - 1024, "free")], (
         f"after malloc(1000) the snapshot's blocks are {blocks}: 1000 rounds to 1024 and is "
         f"split off a 2 MiB small-pool segment")
+    assert got["snapshot"][0]["stream"] == 0, (
+        "malloc(size) without a stream must use the default stream 0 (the segment's stream)")
     assert got["again"] == got["first"] and got["device_mallocs"] == 1, (
         "free then malloc of the same size must reuse the cached block without a device call")
     assert got["stats"]["allocated_bytes"] == 1024 and got["stats"]["reserved_bytes"] == 2 * MIB
