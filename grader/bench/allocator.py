@@ -72,7 +72,8 @@ class NoCache:
     """Every malloc a device.malloc of the rounded size, every free a device.free."""
 
     def __init__(self, device) -> None:
-        self.device, self.sizes = device, {}
+        self.device = device
+        self.sizes: dict[int, int] = {}
 
     def malloc(self, size: int, stream: int = 0) -> int:
         rounded = -(-size // 512) * 512
