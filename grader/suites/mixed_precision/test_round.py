@@ -121,7 +121,7 @@ def test_overflow_inf_and_nan(results, fmt):
     judge(results, f"overflow-{fmt}")
 
 
-@pytest.mark.points(2)
+@pytest.mark.points(1)
 @pytest.mark.exercises("round_to")
 @pytest.mark.parametrize("fmt", FORMATS, ids=[f"fmt={f}" for f in FORMATS])
 def test_drawn_floats_and_bit_patterns(results, fmt):

@@ -79,27 +79,26 @@ def run_of(results: dict, name: str) -> dict:
     return got
 
 
-def nonfinite_params(got: dict) -> bool:
-    return any(not bool(torch.isfinite(p).all()) for p in got["params"].values())
-
-
 def check_scales(name: str, got: dict, want: dict) -> None:
-    if nonfinite_params(got) and not nonfinite_params(want):
-        raise AssertionError(
-            f"{name}: the parameters became inf/NaN: a step whose gradients held inf/NaN was "
-            f"applied; skip optimizer.step() when unscale_ found one (README §5)")
+    """The scale after every step; the first step where the run leaves GradScaler's names the
+    cause (a missed inf, a step that was not skipped, growth too early or too late)."""
     init = SCENARIOS[name]["scaler"]["init_scale"]
     for i, (g, w) in enumerate(zip(got["scales"], want["scales"])):
-        if g == w:
-            continue
-        prev = init if i == 0 else want["scales"][i - 1]
-        if w < prev and g >= prev:
+        prev_g = init if i == 0 else got["scales"][i - 1]
+        prev_w = init if i == 0 else want["scales"][i - 1]
+        ran_anyway = any(gk and not wk for gk, wk in zip(got["stepped"][i], want["stepped"][i]))
+        if ran_anyway and g < prev_g:
+            cause = ("a step whose gradients held inf/NaN was applied: skip optimizer.step() "
+                     "when unscale_ found one")
+        elif ran_anyway or (w < prev_w and g >= prev_g):
             cause = ("an inf/NaN gradient was missed: unscale_ must check every gradient of "
                      "every parameter (not only the first) and update() must back off")
-        elif g > prev and w == prev:
+        elif g == w:
+            continue
+        elif g > prev_g and w == prev_w:
             cause = ("the scale grew before growth_interval clean steps: count clean steps and "
                      "grow only when the count reaches growth_interval, then restart it")
-        elif w > prev and g == prev:
+        elif w > prev_w and g == prev_g:
             cause = ("the scale did not grow after growth_interval clean steps in a row (an "
                      "overflow restarts the count)")
         else:
@@ -129,7 +128,7 @@ def check_params(name: str, got: dict, want: dict, hint: str) -> None:
         close(got["params"].get(key), value, f"{name}: final {key}", hint)
 
 
-@pytest.mark.points(3)
+@pytest.mark.points(2)
 @pytest.mark.exercises("DynamicLossScaler")
 @pytest.mark.parametrize("name", ["injected", "overflowing"],
                          ids=["overflow=injected-inf", "overflow=scale-too-large"])
