@@ -170,7 +170,8 @@ def check_scaler(got: dict, want: dict) -> None:
                                  f"missed; check every parameter (not only the first) and back "
                                  f"off (README §5)")
         if got["scales"][i] != want["scales"][i]:
-            grew = got["scales"][i] > prev and want["scales"][i] == want["scales"][i - 1 or 0]
+            prev_want = init if i == 0 else want["scales"][i - 1]
+            grew = got["scales"][i] > prev and want["scales"][i] == prev_want
             cause = ("the scale grew before growth_interval clean steps" if grew else
                      "the scale is not GradScaler's")
             raise AssertionError(f"{cause}: after step {i} it is {got['scales'][i]:g}, "
