@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 # name -> (mantissa bits, smallest normal exponent, largest finite value, saturates on overflow)
-FORMATS: dict[str, tuple[int, int, float, bool]] = {
+_FORMATS: dict[str, tuple[int, int, float, bool]] = {
     "bf16": (7, -126, 3.3895313892515355e38, False),
     "fp16": (10, -14, 65504.0, False),
     "e4m3": (3, -6, 448.0, True),
@@ -24,11 +24,11 @@ E5M2_MAX = 57344.0
 
 def round_to(x: torch.Tensor, fmt: str) -> torch.Tensor:
     """float32 -> the nearest value of `fmt`, ties to even, held in float32 (contract: stub)."""
-    if fmt not in FORMATS:
-        raise ValueError(f"round_to: unknown format {fmt!r}; use one of {sorted(FORMATS)}")
+    if fmt not in _FORMATS:
+        raise ValueError(f"round_to: unknown format {fmt!r}; use one of {sorted(_FORMATS)}")
     if x.dtype != torch.float32:
         raise TypeError(f"round_to: x must be float32, got {x.dtype}")
-    mant_bits, emin, max_finite, saturates = FORMATS[fmt]
+    mant_bits, emin, max_finite, saturates = _FORMATS[fmt]
     raw = x.contiguous().view(torch.int32).to(torch.int64)
     negative = raw < 0
     bits = raw & 0x7FFFFFFF
@@ -157,7 +157,7 @@ class MasterWeightOptimizer:
 
 # ---- §8 fp8 linear layers with delayed scaling ------------------------------------------------
 
-def quantize(x: torch.Tensor, scale: torch.Tensor, fmt: str) -> torch.Tensor:
+def _quantize(x: torch.Tensor, scale: torch.Tensor, fmt: str) -> torch.Tensor:
     """x * scale saturated to the format's range and rounded to it (the fp8 values, in float32)."""
     top = E4M3_MAX if fmt == "e4m3" else E5M2_MAX
     return round_to((x * scale).clamp(-top, top), fmt)
@@ -180,8 +180,8 @@ class _Fp8Matmul(torch.autograd.Function):
                 ) -> torch.Tensor:
         # Delayed scaling: quantise with the scale the history gave *before* this call, then
         # record this call's amax for the next one (no extra pass over the data).
-        x_dq = quantize(x, layer.x_scale, "e4m3") / layer.x_scale
-        w_dq = quantize(weight, layer.w_scale, "e4m3") / layer.w_scale
+        x_dq = _quantize(x, layer.x_scale, "e4m3") / layer.x_scale
+        w_dq = _quantize(weight, layer.w_scale, "e4m3") / layer.w_scale
         _record(layer.x_amax_history, layer.x_scale, x.abs().max(), E4M3_MAX)
         _record(layer.w_amax_history, layer.w_scale, weight.abs().max(), E4M3_MAX)
         ctx.save_for_backward(x_dq, w_dq)
@@ -193,7 +193,7 @@ class _Fp8Matmul(torch.autograd.Function):
         x_dq, w_dq = ctx.saved_tensors
         layer = ctx.layer
         # Gradients need range more than precision: E5M2.
-        g_dq = quantize(grad_out, layer.grad_scale, "e5m2") / layer.grad_scale
+        g_dq = _quantize(grad_out, layer.grad_scale, "e5m2") / layer.grad_scale
         _record(layer.grad_amax_history, layer.grad_scale, grad_out.abs().max(), E5M2_MAX)
         return g_dq @ w_dq, g_dq.t() @ x_dq, None
 
