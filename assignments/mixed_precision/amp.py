@@ -6,10 +6,10 @@
 - `Fp8Linear`: a linear layer with E4M3 inputs and weights, E5M2 output gradients and delayed
   per-tensor scaling, emulated on float32 (README §8).
 
-Forbidden here (the suite screens for them): casting to torch.bfloat16, torch.float16,
-torch.float8_e4m3fn or torch.float8_e5m2 in `round_to` and `Fp8Linear`, and using
-torch.amp.GradScaler in `DynamicLossScaler`: you are writing them. `MasterWeightOptimizer`
-does cast (its model weights are bf16).
+The rules of the exercise (the point is to write these yourself; the suite judges values, a
+reviewer reads the code): no casting to torch.bfloat16, torch.float16, torch.float8_e4m3fn or
+torch.float8_e5m2 in `round_to` and `Fp8Linear`, and no torch.amp.GradScaler in
+`DynamicLossScaler`. `MasterWeightOptimizer` does cast (its model weights are bf16).
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 
 One layer of history length 3 is called six times with inputs and output gradients whose
 amax rises and falls, so the history rolls over and its maximum, not the newest amax, sets the
-scale; one call runs under no_grad. A fresh layer fed zeros keeps its scale of 1.
+scale; one call runs under no_grad. A fresh layer fed zeros keeps its scale of 1, and an
+input holding inf keeps the scale until the inf leaves the history.
 """
 
 from __future__ import annotations
@@ -45,14 +46,26 @@ def zeros_spec() -> dict:
             "xs": [torch.zeros(4, 3)], "gs": [torch.zeros(4, 2)]}
 
 
+def inf_spec() -> dict:
+    """The second call's input holds +inf: its amax is inf, so every scale derived from the
+    history is kept until the inf drops off (history length 2)."""
+    gen = seeded_generator(72)
+    xs = [torch.randn(4, 3, generator=gen) for _ in range(3)]
+    xs[1][2, 1] = float("inf")
+    return {"in": 3, "out": 2, "h": 2, "weight": torch.randn(2, 3, generator=gen),
+            "bias": torch.zeros(2), "xs": xs, "gs": [None, None, None]}
+
+
 SPEC = spec(71)
 ZEROS = zeros_spec()
+INF = inf_spec()
 
 
 @pytest.fixture(scope="module")
 def results(launch):
     return launch_cases(launch, rank_fp8,
-                        {"calls": SPEC, "zeros": ZEROS, "errors": {"probe": "errors"}})
+                        {"calls": SPEC, "zeros": ZEROS, "inf": INF,
+                         "errors": {"probe": "errors"}})
 
 
 def calls_of(results: dict, key: str) -> list[dict]:
@@ -82,7 +95,7 @@ def check_state(got: dict, want: dict, when: str, kinds: tuple[str, ...]) -> Non
         close(got[scale], want[scale], f"{scale} {when}", hint)
 
 
-@pytest.mark.points(5)
+@pytest.mark.points(4)
 @pytest.mark.exercises("Fp8Linear")
 def test_forward_scales_and_histories_follow_delayed_scaling(results):
     got, want = calls_of(results, "calls"), fp8_reference(SPEC)
@@ -129,6 +142,14 @@ def test_zero_amax_keeps_the_scale(results):
     got, want = calls_of(results, "zeros"), fp8_reference(ZEROS)
     check_state(got[0]["bwd"], want[0]["bwd"], "after a call on zeros", ("x", "w", "grad"))
     close(got[0]["y"], want[0]["y"], "output on zeros without bias")
+
+
+@pytest.mark.points(1)
+@pytest.mark.exercises("Fp8Linear")
+def test_infinite_amax_keeps_the_scale(results):
+    got, want = calls_of(results, "inf"), fp8_reference(INF)
+    for i, (g, w) in enumerate(zip(got, want)):
+        check_state(g["fwd"], w["fwd"], f"after call {i} (call 1's input holds inf)", ("x",))
 
 
 @pytest.mark.points(1)
