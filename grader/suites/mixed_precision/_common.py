@@ -187,7 +187,7 @@ def scaler_probe(amp: Any, name: str) -> Any:
         s = amp.DynamicLossScaler()
         return [s.get_scale(), s.growth_factor, s.backoff_factor, s.growth_interval]
     if name == "scale":
-        s = amp.DynamicLossScaler(init_scale=1024.0)
+        s = amp.DynamicLossScaler(init_scale=1001.0)  # not a power of two: no bf16 value
         w = torch.tensor([1.5, -2.0], requires_grad=True)
         scaled = s.scale((w * w).sum())
         scaled.backward()
@@ -324,6 +324,8 @@ def fp8_state(layer: nn.Module) -> dict[str, torch.Tensor]:
 def fp8_run(amp: Any, spec: dict) -> Any:
     """Calls of one Fp8Linear: forward (and backward with the given output gradient) per call;
     the state after each forward and each backward, outputs and gradients."""
+    if spec.get("probe") == "default_history":
+        return list(amp.Fp8Linear(4, 2).x_amax_history.shape)
     if spec.get("probe") == "errors":
         out = []
         for make in (lambda: amp.Fp8Linear(4, 2, history_len=0),

@@ -65,7 +65,8 @@ INF = inf_spec()
 def results(launch):
     return launch_cases(launch, rank_fp8,
                         {"calls": SPEC, "zeros": ZEROS, "inf": INF,
-                         "errors": {"probe": "errors"}})
+                         "errors": {"probe": "errors"},
+                         "default": {"probe": "default_history"}})
 
 
 def calls_of(results: dict, key: str) -> list[dict]:
@@ -154,8 +155,11 @@ def test_infinite_amax_keeps_the_scale(results):
 
 @pytest.mark.points(1)
 @pytest.mark.exercises("Fp8Linear")
-def test_bad_shapes_and_history_raise(results):
+def test_bad_shapes_and_history_raise_and_the_default_history(results):
     got = outcome(results, "errors", "Fp8Linear")
+    shape = outcome(results, "default", "Fp8Linear")
+    assert shape == [16], (f"Fp8Linear(4, 2).x_amax_history has shape {shape}; the default "
+                           f"history_len is 16 (README §8)")
     assert got == ["ValueError"] * 3, (
         f"Fp8Linear(history_len=0), x of shape [3, 5] for in_features=4 and a 1-D x gave "
         f"{got}; each must raise ValueError (README §8)")
