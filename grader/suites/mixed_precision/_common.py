@@ -325,7 +325,8 @@ def fp8_run(amp: Any, spec: dict) -> Any:
     """Calls of one Fp8Linear: forward (and backward with the given output gradient) per call;
     the state after each forward and each backward, outputs and gradients."""
     if spec.get("probe") == "default_history":
-        return list(amp.Fp8Linear(4, 2).x_amax_history.shape)
+        return [list(amp.Fp8Linear(4, 2).x_amax_history.shape),
+                list(amp.Fp8Linear(4, 2, history_len=1).grad_amax_history.shape)]
     if spec.get("probe") == "errors":
         out = []
         for make in (lambda: amp.Fp8Linear(4, 2, history_len=0),
