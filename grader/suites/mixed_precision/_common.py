@@ -197,6 +197,13 @@ def scaler_probe(amp: Any, name: str) -> Any:
         s.update()
         s.update()
         return s.get_scale()
+    if name == "unscale_by_3":
+        s = amp.DynamicLossScaler(init_scale=3.0)
+        w = nn.Parameter(torch.ones(4))
+        opt = torch.optim.SGD([w], lr=0.1)
+        w.grad = torch.tensor([1.0, 2.0, 5.0, 7.0])
+        s.unscale_(opt)
+        return w.grad.clone()
     if name == "unscale_twice":
         s = amp.DynamicLossScaler(init_scale=4.0)
         w = nn.Parameter(torch.ones(3))
@@ -211,7 +218,7 @@ def scaler_probe(amp: Any, name: str) -> Any:
     if name == "bad_args":
         raised = []
         for kwargs in ({"init_scale": 0.0}, {"growth_factor": 1.0}, {"backoff_factor": 1.0},
-                       {"backoff_factor": 0.0}, {"growth_interval": 0}):
+                       {"backoff_factor": 0.0}, {"growth_interval": 0}, {"init_scale": 0.5}):
             try:
                 amp.DynamicLossScaler(**kwargs)
                 raised.append(False)
@@ -253,6 +260,7 @@ def master_run(make: Callable[..., Any], spec: dict) -> dict[str, Any]:
     return {"w": w.detach().clone(), "b": b.detach().clone(),
             "master": [m.detach().clone() for m in opt.master_params],
             "master_dtypes": [str(m.dtype) for m in opt.master_params],
+            "requires_grad": [bool(m.requires_grad) for m in opt.master_params],
             "grad_dtypes": [None if g is None else str(g.dtype) for g in grads],
             "initial": initial}
 

@@ -72,6 +72,9 @@ def test_master_copies_and_their_gradients_are_fp32(results):
     assert got["grad_dtypes"] == ["torch.float32", None], (
         f"master gradients are {got['grad_dtypes']} (b has none): cast the bf16 gradients up to "
         f"float32 (.float()) before the fp32 optimizer steps (README §6)")
+    assert got["requires_grad"] == [True, True], (
+        f"master_params requires_grad: {got['requires_grad']}; the master copies are leaf "
+        f"tensors with requires_grad=True (README §6)")
     got = run_of(results, "adamw")
     spec_ = RUNS["adamw"]
     for i, key in enumerate(("w", "b")):

@@ -53,7 +53,7 @@ SCENARIOS = {
                                           "growth_factor": 4.0, "backoff_factor": 0.25},
                            inject=(1, 4), two_optimizers=True),
 }
-PROBES = ("defaults", "scale", "update_alone", "unscale_twice", "bad_args")
+PROBES = ("defaults", "scale", "update_alone", "unscale_twice", "unscale_by_3", "bad_args")
 
 
 @pytest.fixture(scope="module")
@@ -223,6 +223,10 @@ def test_unscale_twice_raises(results):
                                 "raise RuntimeError (README §5)")
     close(got[1], torch.ones(3), "gradient of sum(w) after scale 4 and unscale_",
           said(hint="unscale_ divides by the scale once"))
+    by_3 = outcome(results, "probe-unscale_by_3", "DynamicLossScaler.unscale_")
+    inv = torch.tensor(1.0 / 3.0, dtype=torch.float32)
+    close(by_3, torch.tensor([1.0, 2.0, 5.0, 7.0]) * inv, "gradients unscaled by 3",
+          said(hint="multiply by the float32 reciprocal 1/scale (README §5)"))
 
 
 @pytest.mark.points(1)
@@ -233,4 +237,6 @@ def test_bad_arguments_raise(results):
              "growth_interval=0"]
     missed = [n for n, raised in zip(names, got) if not raised]
     assert not missed, f"DynamicLossScaler({missed[0]}) must raise ValueError (README §5)"
+    assert got[len(names):] == [False], ("DynamicLossScaler(init_scale=0.5) raised ValueError; "
+                                         "any init_scale > 0 is allowed (README §5)")
 
