@@ -27,8 +27,9 @@ def compile_regex(pattern: str, alphabet: str) -> DFA:
     The empty pattern matches only the empty string. Characters of the pattern need not be in
     `alphabet`; `alphabet` only says what `.` matches.
 
-    Errors (ValueError): an unbalanced ( or ), a postfix operator with nothing before it (at
-    the start, after ( or |), an unterminated or empty [...], a reversed range [z-a], and a
+    Errors (ValueError): an unbalanced ( or ), a ] outside brackets, a postfix operator with
+    nothing before it (at the start, after ( or |), an unterminated or empty [...], a class
+    that starts with ^ (negated classes are not in the subset), a reversed range [z-a], and a
     trailing backslash.
 
     Returns a DFA (automata.DFA) whose states need not be minimal or numbered in any order;

@@ -100,29 +100,41 @@ class _Cache:
 class TinyLM:
     """A one-layer, one-head causal attention language model with a KV cache (float64).
 
-    TinyLM(vocab_size, seed, dim=8, scale=3.0, max_len=512): the weights are drawn from a
-    torch.Generator seeded with `seed`, so two models with the same arguments are the same
-    model. `scale` multiplies the logits (larger: peakier distributions).
+    TinyLM(vocab_size, seed, dim=8, scale=2.0, max_len=64, noise=0.0, noise_seed=0): the
+    weights (token and position embeddings, the attention's projections, the output head) are
+    drawn from a torch.Generator seeded with `seed`, so two models with the same arguments are
+    the same model. `noise` > 0 adds noise times a second set of weights drawn with
+    `noise_seed`: TinyLM(V, s, noise=0.3, noise_seed=1) is a draft that roughly agrees with
+    TinyLM(V, s). `scale` multiplies the logits (larger: peakier distributions). `max_len` is
+    the number of positions the cache holds.
     """
 
-    def __init__(self, vocab_size: int, seed: int, dim: int = 8, scale: float = 3.0,
-                 max_len: int = 512) -> None:
+    def __init__(self, vocab_size: int, seed: int, dim: int = 8, scale: float = 2.0,
+                 max_len: int = 64, noise: float = 0.0, noise_seed: int = 0) -> None:
         if vocab_size < 1 or dim < 1 or max_len < 1:
             raise ValueError("vocab_size, dim and max_len must be positive")
+        weights = self._draw(vocab_size, dim, max_len, seed)
+        if noise:
+            extra = self._draw(vocab_size, dim, max_len, noise_seed)
+            weights = [w + noise * e for w, e in zip(weights, extra, strict=True)]
+        self.embed, self.pos, self.wq, self.wk, self.wv, self.wout = weights
+        self._vocab_size = vocab_size
+        self.dim = dim
+        self.scale = scale
+        self._cache = _Cache(max_len)
+        self._keys = torch.zeros(max_len, dim, dtype=F64)
+        self._values = torch.zeros(max_len, dim, dtype=F64)
+
+    @staticmethod
+    def _draw(vocab_size: int, dim: int, max_len: int, seed: int) -> list[torch.Tensor]:
         gen = torch.Generator().manual_seed(int(seed))
 
         def draw(*shape: int) -> torch.Tensor:
             return torch.randn(*shape, generator=gen, dtype=F64) / math.sqrt(shape[0])
 
-        self._vocab_size = vocab_size
-        self.dim = dim
-        self.scale = scale
-        self.embed = torch.randn(vocab_size, dim, generator=gen, dtype=F64)
-        self.wq, self.wk, self.wv = draw(dim, dim), draw(dim, dim), draw(dim, dim)
-        self.wout = draw(dim, vocab_size)
-        self._cache = _Cache(max_len)
-        self._keys = torch.zeros(max_len, dim, dtype=F64)
-        self._values = torch.zeros(max_len, dim, dtype=F64)
+        return [torch.randn(vocab_size, dim, generator=gen, dtype=F64),
+                torch.randn(max_len, dim, generator=gen, dtype=F64),
+                draw(dim, dim), draw(dim, dim), draw(dim, dim), draw(dim, vocab_size)]
 
     @property
     def vocab_size(self) -> int:
@@ -143,7 +155,7 @@ class TinyLM:
             self._cache.length = start
             raise ValueError(f"token ids must lie in 0..{self._vocab_size - 1}")
         n, end = tokens.numel(), start + tokens.numel()
-        x = self.embed[tokens]
+        x = self.embed[tokens] + self.pos[start:end]
         self._keys[start:end] = x @ self.wk
         self._values[start:end] = x @ self.wv
         scores = (x @ self.wq) @ self._keys[:end].T / math.sqrt(self.dim)
