@@ -80,6 +80,10 @@ def speculative_generate(target: CausalLM, draft: CausalLM, prompt: torch.Tensor
     draft.reset()
     seq = prompt.tolist()
     start = len(seq)
+    # `kept` tokens of seq are in both caches; the rest (the whole prompt at first, then the
+    # last emitted token) are fed at the start of the next round.
+    kept = 0
+    draft_kept = 0  # the draft's share: it may lag behind `kept`
     stats = {"rounds": 0, "drafted": 0, "accepted": 0, "rejected": 0}
     while len(seq) - start < max_new_tokens:
         # Never draft past the end: the round emits at most k' + 1 tokens.
@@ -87,15 +91,16 @@ def speculative_generate(target: CausalLM, draft: CausalLM, prompt: torch.Tensor
         drafts: list[int] = []
         draft_rows: list[torch.Tensor] = []
         for _ in range(k_round):
-            # Feed the draft whatever it has not seen yet: after a round where every draft
-            # was accepted, that is the last draft token and the bonus token.
-            logits = draft.forward(torch.tensor((seq + drafts)[draft.cache_len:]))
+            # The draft may lag behind seq (it skipped rounds with k' = 0, or its last draft
+            # was accepted and never fed): feed it everything it has not seen.
+            logits = draft.forward(torch.tensor((seq + drafts)[draft_kept:]))
+            draft_kept = len(seq) + len(drafts)
             q = next_token_probs(logits[-1], temperature)
             draft_rows.append(q)
             drafts.append(int(torch.multinomial(q, 1, generator=generator)))
-        # One target forward scores the unseen tail of seq and every draft: k' + 1 rows.
-        fed = (seq + drafts)[target.cache_len:]
-        logits = target.forward(torch.tensor(fed))
+        # One target forward scores the unfed tail of seq and every draft: its last k' + 1
+        # rows are the target's distributions after seq, seq + d_1, ..., seq + d_1..d_k'.
+        logits = target.forward(torch.tensor(seq[kept:] + drafts))
         p = next_token_probs(logits[-(k_round + 1):], temperature)
         q_all = (torch.stack(draft_rows) if draft_rows
                  else torch.zeros(0, target.vocab_size, dtype=F64))
@@ -103,10 +108,12 @@ def speculative_generate(target: CausalLM, draft: CausalLM, prompt: torch.Tensor
                                    generator).tolist()
         accepted = len(emitted) - 1
         seq += emitted
-        # The caches may keep the accepted drafts but no rejected one; the last emitted token
-        # was never fed, so both hold at most len(seq) - 1 positions.
-        target.rollback(len(seq) - 1)
-        draft.rollback(min(draft.cache_len, len(seq) - 1))
+        # The caches may keep the accepted drafts but no rejected one. The last emitted token
+        # was never fed, so both keep len(seq) - 1 positions (the draft fewer if it lags).
+        kept = len(seq) - 1
+        target.rollback(kept)
+        draft_kept = min(draft_kept, kept)
+        draft.rollback(draft_kept)
         stats["rounds"] += 1
         stats["drafted"] += k_round
         stats["accepted"] += accepted
