@@ -15,7 +15,8 @@ def compile_regex(pattern: str, alphabet: str) -> DFA:
 
     The syntax, a subset of Python's `re` (the DFA accepts a string iff re.fullmatch would):
       c          a literal character: anything but the metacharacters  . * + ? | ( ) [ ] \\
-      \\c         the character c taken literally (for a metacharacter, or any character)
+      \\c         the character c taken literally, for any c (for a metacharacter this is
+                 what re does; Python's letter escapes such as \\d are not in the subset)
       .          any one character of `alphabet`
       [abc]      one of the listed characters; ranges such as [a-z0-9]; inside brackets every
                  character but ] \\ and a '-' between two characters is literal, and \\c is c
