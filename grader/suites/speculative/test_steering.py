@@ -1,0 +1,97 @@
+"""constrained_generate: every finished output matches the pattern, and the outputs follow the
+model's distribution restricted to the mask and renormalised at each step (README §7).
+
+The pattern's language is finite, so the parent lists it with re.fullmatch and needs no DFA: a
+token may follow the text s iff s + token is a prefix of some match, EOS iff s matches. Exact
+probabilities of every output come from a fresh model fed the whole sequence at each step; the
+sampled outputs are judged by total variation (bound in `_common`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+import pytest
+
+from grader.suites.speculative._common import (
+    judge_distribution,
+    next_probs,
+    run_tasks,
+    seed,
+    tiny,
+    tokens_list,
+    value,
+)
+
+VOCAB = ["a", "b", "c", "d", "ab", "bc", "cd", "x", "<eos>", "abcd"]
+EOS = 8
+PATTERN = "(ab|a)(c|bc)?d"
+MODEL = tiny(len(VOCAB), 31, scale=1.0)
+PROMPT = [0, 3]
+MAX_NEW = 12
+TRIALS = 400
+
+
+def language() -> set[str]:
+    return {"".join(chars) for n in range(1, 7) for chars in itertools.product("abcdx", repeat=n)
+            if re.fullmatch(PATTERN, "".join(chars))}
+
+
+def exact() -> dict[tuple[int, ...], float]:
+    """Every output (tokens without EOS) with its probability under the masked model."""
+    words = language()
+    prefixes = {w[:i] for w in words for i in range(len(w) + 1)}
+    out: dict[tuple[int, ...], float] = {}
+    pending: list[tuple[tuple[int, ...], str, float]] = [((), "", 1.0)]
+    while pending:
+        tokens, text, mass = pending.pop()
+        probs = next_probs(MODEL, PROMPT + list(tokens), 1.0)
+        allowed = [t for t, s in enumerate(VOCAB)
+                   if (t == EOS and text in words) or (t != EOS and s and text + s in prefixes)]
+        total = float(sum(probs[t] for t in allowed))
+        for t in allowed:
+            share = mass * float(probs[t]) / total
+            if t == EOS:
+                out[tokens] = out.get(tokens, 0.0) + share
+            else:
+                pending.append(((*tokens, t), text + VOCAB[t], share))
+    return out
+
+
+@pytest.fixture(scope="module")
+def outcomes(launch):
+    return run_tasks(launch, {"runs": {
+        "kind": "constrained_trials", "model": MODEL, "prompt": PROMPT, "pattern": PATTERN,
+        "vocab": VOCAB, "eos_id": EOS, "max_new_tokens": MAX_NEW, "trials": TRIALS,
+        "seed": seed(501)}})
+
+
+def outputs(outcomes: dict) -> list[tuple[int, ...]]:
+    rows = value(outcomes, "runs", "constrained_generate")
+    return [tuple(tokens_list(row, "constrained_generate")) for row in rows]
+
+
+@pytest.mark.points(4)
+@pytest.mark.exercises("constrained_generate")
+def test_every_finished_output_matches_the_pattern(outcomes):
+    for row in outputs(outcomes):
+        assert all(0 <= t < len(VOCAB) and t != EOS for t in row), (
+            f"constrained_generate returned {list(row)}: token ids of the vocabulary, without "
+            f"the EOS token")
+        text = "".join(VOCAB[t] for t in row)
+        assert len(row) < MAX_NEW and re.fullmatch(PATTERN, text), (
+            f"constrained_generate({PATTERN!r}) produced {text!r} ({len(row)} tokens), which "
+            f"does not fully match: sample only tokens of the mask of the current DFA state "
+            f"(EOS only where it accepts) and advance the state over the whole token")
+
+
+@pytest.mark.points(5)
+@pytest.mark.exercises("constrained_generate")
+def test_outputs_follow_the_masked_renormalised_model(outcomes):
+    judge_distribution(outputs(outcomes), exact(),
+                       f"constrained_generate({PATTERN!r}) over {TRIALS} runs",
+                       "each step samples from the model's probabilities after prompt + the "
+                       "tokens so far, zeroed outside the mask and renormalised")
+
+
