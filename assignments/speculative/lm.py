@@ -14,6 +14,10 @@ Both models follow one protocol, `CausalLM`:
     model.reset()             rollback(0)
     model.forward_calls       forward() calls since the model was built (never reset)
 
+Both take `max_calls` (default None, no limit): forward raises RuntimeError once it has been
+called that many times, so that a generation loop that stops making progress fails instead of
+running for ever (the tests set it well above what a correct loop needs).
+
 `TinyLM` is a one-layer, one-head attention model over its whole cache: its next-token
 distribution depends on every token in the cache, so a cache that still holds a rejected token
 (or lost an accepted one) changes what it predicts. `ConstantLM` predicts the same logits at
@@ -70,8 +74,9 @@ def next_token_probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
 class _Cache:
     """Positions 0 .. length-1 of a model's state, in a buffer of `max_len` rows."""
 
-    def __init__(self, max_len: int) -> None:
+    def __init__(self, max_len: int, max_calls: int | None) -> None:
         self.max_len = max_len
+        self.max_calls = max_calls
         self.length = 0
         self.calls = 0
 
@@ -80,6 +85,9 @@ class _Cache:
         if not isinstance(tokens, torch.Tensor):
             tokens = torch.as_tensor(tokens)
         tokens = tokens.reshape(-1).to(torch.long)
+        if self.max_calls is not None and self.calls >= self.max_calls:
+            raise RuntimeError(f"forward called more than {self.max_calls} times: a generation "
+                               f"loop that emits no token in a step never ends")
         if tokens.numel() == 0:
             raise ValueError("forward needs at least one token")
         if self.length + tokens.numel() > self.max_len:
@@ -100,7 +108,8 @@ class _Cache:
 class TinyLM:
     """A one-layer, one-head causal attention language model with a KV cache (float64).
 
-    TinyLM(vocab_size, seed, dim=8, scale=2.0, max_len=64, noise=0.0, noise_seed=0): the
+    TinyLM(vocab_size, seed, dim=8, scale=2.0, max_len=64, noise=0.0, noise_seed=0,
+    max_calls=None): the
     weights (token and position embeddings, the attention's projections, the output head) are
     drawn from a torch.Generator seeded with `seed`, so two models with the same arguments are
     the same model. `noise` > 0 adds noise times a second set of weights drawn with
@@ -110,7 +119,8 @@ class TinyLM:
     """
 
     def __init__(self, vocab_size: int, seed: int, dim: int = 8, scale: float = 2.0,
-                 max_len: int = 64, noise: float = 0.0, noise_seed: int = 0) -> None:
+                 max_len: int = 64, noise: float = 0.0, noise_seed: int = 0,
+                 max_calls: int | None = None) -> None:
         if vocab_size < 1 or dim < 1 or max_len < 1:
             raise ValueError("vocab_size, dim and max_len must be positive")
         weights = self._draw(vocab_size, dim, max_len, seed)
@@ -121,7 +131,7 @@ class TinyLM:
         self._vocab_size = vocab_size
         self.dim = dim
         self.scale = scale
-        self._cache = _Cache(max_len)
+        self._cache = _Cache(max_len, max_calls)
         self._keys = torch.zeros(max_len, dim, dtype=F64)
         self._values = torch.zeros(max_len, dim, dtype=F64)
 
@@ -175,9 +185,10 @@ class ConstantLM:
     """A model that predicts `logits` (a 1-D tensor of V scores) at every position, whatever
     the tokens; it keeps a cache length like TinyLM so that rollback works the same way."""
 
-    def __init__(self, logits: torch.Tensor, max_len: int = 100_000) -> None:
+    def __init__(self, logits: torch.Tensor, max_len: int = 100_000,
+                 max_calls: int | None = None) -> None:
         self.logits = torch.as_tensor(logits, dtype=F64).reshape(-1).clone()
-        self._cache = _Cache(max_len)
+        self._cache = _Cache(max_len, max_calls)
 
     @property
     def vocab_size(self) -> int:

@@ -38,7 +38,8 @@ def rank_calls(ctx: Any, calls: dict[str, dict]) -> dict[str, dict]:
             gen = torch.Generator().manual_seed(c["seed"])
             return [spec.rejection_sample(c["q"], c["p"], d, gen).tolist() for d in c["d"]]
         if c["fn"] == "speculative_generate":
-            target, draft = TinyLM(5, 7), TinyLM(5, 7, noise=0.5, noise_seed=8)
+            target = TinyLM(5, 7, max_calls=200)
+            draft = TinyLM(5, 7, noise=0.5, noise_seed=8, max_calls=200)
             tokens, stats = spec.speculative_generate(target, draft, torch.tensor([1, 2]),
                                                       c["k"], 10, 0.0, torch.Generator())
             return {"tokens": tokens.tolist(), "stats": dict(stats)}
@@ -50,7 +51,8 @@ def rank_calls(ctx: Any, calls: dict[str, dict]) -> dict[str, dict]:
             dfa = DFA(0, frozenset({2}), [{"a": 1, "b": 3}, {"b": 2}, {"a": 1}, {"b": 3}])
             return torch.stack([con.token_mask(dfa, s, VOCAB, EOS) for s in range(4)])
         if c["fn"] == "constrained_generate":
-            model, gen = TinyLM(len(VOCAB), 3, scale=1.0), torch.Generator().manual_seed(5)
+            model = TinyLM(len(VOCAB), 3, scale=1.0, max_calls=1000)
+            gen = torch.Generator().manual_seed(5)
             return [con.constrained_generate(model, torch.tensor([0]), "(ab|ba)b?", VOCAB, EOS, 20,
                                              gen).tolist() for _ in range(30)]
         return getattr(spec, c["fn"])(*c["args"])
@@ -75,6 +77,8 @@ CALLS = {
     "alpha": {"fn": "acceptance_rate", "args": [Q[0], P[0]]},
     "greedy_rows": {"fn": "rejection_sample", "q": one_hot([2, 1]), "p": one_hot([2, 0, 1]),
                     "d": torch.tensor([[2, 1]]), "seed": 0},
+    "greedy_all": {"fn": "rejection_sample", "q": one_hot([2, 1]), "p": one_hot([2, 1, 0]),
+                   "d": torch.tensor([[2, 1]]), "seed": 0},
     # The theorem needs draft tokens sampled from q: drawn here, one per trial.
     "first_token": {"fn": "rejection_sample", "q": Q, "p": P, "seed": 1,
                     "d": torch.multinomial(Q[0], TRIALS, replacement=True,
@@ -99,7 +103,8 @@ def got(results: dict, key: str) -> Any:
 @pytest.mark.exercises("expected_tokens_per_step")
 def test_expected_tokens_per_step(results):
     assert abs(got(results, "tokens") - 1.75) < 1e-12, (
-        "expected_tokens_per_step(0.5, 2) must be 1 + 0.5 + 0.25 = 1.75 (README §5)")
+        "expected_tokens_per_step(0.5, 2) must be 1 + 0.5 + 0.25 = 1.75 = (1 - alpha**(k+1)) "
+        "/ (1 - alpha) (README §5)")
     assert got(results, "tokens_one") == 4, (
         "expected_tokens_per_step(1.0, 3) must be k + 1 = 4: every draft is accepted")
 
@@ -116,10 +121,16 @@ def test_acceptance_rate(results):
 @pytest.mark.points(2)
 @pytest.mark.exercises("rejection_sample")
 def test_rejection_sample_with_one_hot_rows(results):
+    out = got(results, "greedy_all")[0]
+    assert out == [2, 1, 0], (
+        f"rejection_sample with one-hot rows, drafts [2, 1], target argmaxes [2, 1, 0]: got "
+        f"{out}, expected [2, 1, 0]: both drafts accepted, then the bonus token drawn from "
+        f"target_probs[k] (README §4)")
     out = got(results, "greedy_rows")[0]
     assert out == [2, 0], (
-        f"rejection_sample with one-hot rows: drafts [2, 1], target argmaxes [2, 0, 1]; got "
-        f"{out}, expected [2, 0]: draft 2 accepted, draft 1 rejected, then the target's argmax")
+        f"rejection_sample with one-hot rows, drafts [2, 1], target argmaxes [2, 0, 1]: got "
+        f"{out}, expected [2, 0]: draft 1 is rejected and its replacement comes from "
+        f"max(0, p - q) normalised, one-hot at the target's argmax here (README §4)")
 
 
 @pytest.mark.points(3)
@@ -136,7 +147,7 @@ def test_rejection_sample_first_token_follows_the_target(results):
     assert distance <= limit, (
         f"rejection_sample: the first emitted token is off the target's p_0 by TV {distance:.3f} "
         f"(allowed {limit:.3f}); accept with probability min(1, p/q), else draw from "
-        f"normalise(max(0, p - q)) (README §4)")
+        f"max(0, p - q) normalised (divide by the sum; README §4)")
 
 
 @pytest.mark.points(3)
@@ -150,7 +161,8 @@ def test_greedy_speculative_output_is_the_target_greedy_output(results):
                                                      0.0))))
     assert out["tokens"] == seq[2:], (
         f"speculative_generate at temperature 0 gave {out['tokens']}, the target's greedy "
-        f"continuation is {seq[2:]}: roll both caches back to the accepted prefix (README §5)")
+        f"continuation is {seq[2:]}: a rejected draft token left in the target's cache changes "
+        f"its predictions; roll both caches back to the accepted prefix (README §5)")
     assert out["stats"]["rounds"] >= 10 / 4, "stats['rounds'] counts the target forwards"
 
 
@@ -166,7 +178,8 @@ def test_compile_regex_small_pattern(results):
         want = re.fullmatch("a(b|c)*|c+", text) is not None
         assert accepted == want, (
             f"compile_regex('a(b|c)*|c+') {'accepts' if accepted else 'rejects'} {text!r}, "
-            f"re.fullmatch {'matches' if want else 'does not'} (README §6)")
+            f"re.fullmatch {'matches' if want else 'does not'}: r* matches zero or more, r+ "
+            f"one or more, | binds loosest (README §6)")
 
 
 @pytest.mark.points(3)
@@ -178,10 +191,31 @@ def test_token_mask_small_dfa(results):
             [True, False, True, False, True, False],    # state 2 accepts: EOS, a, ab
             [False, False, False, False, False, False]]  # state 3 is a trap: nothing
     mask = got(results, "mask")
-    assert mask.dtype == torch.bool and mask.tolist() == want, (
-        f"token_mask on the DFA of (ab)+ with a trap state: got {mask.int().tolist()}, "
-        f"expected {[[int(v) for v in row] for row in want]}: whole token alive, no dead ends "
-        f"(the trap), EOS only in accepting states (README §7)")
+    assert mask.dtype == torch.bool and mask.shape == (4, len(VOCAB)), (
+        f"token_mask must return a bool tensor of len(vocab) entries, got {mask!r:.60}")
+    for state, row in enumerate(want):
+        for t, allowed in enumerate(row):
+            assert bool(mask[state, t]) == allowed, (
+                f"token_mask on the DFA of (ab)+ with a trap state 3, state {state}, token "
+                f"{VOCAB[t]!r}: {MASK_CAUSES.get((state, t), 'allow it')} (README §7)")
+
+
+MASK_CAUSES = {  # why an entry of the small DFA's mask is False
+    (0, 1): "b leads into the trap state 3, a dead end (no accepting state reachable): mask it",
+    (0, 3): "ba has no transition at its second character: check every character of a token",
+    (0, 4): "EOS is allowed only in accepting states",
+    (0, 5): "bb leads into the trap state 3, a dead end: mask it",
+    (1, 0): "no transition for a from state 1", (1, 2): "no transition for a from state 1",
+    (1, 4): "EOS is allowed only in accepting states",
+    (1, 5): "bb has no transition at its second character: check every character of a token",
+    (2, 1): "no transition for b from state 2", (2, 3): "no transition for b from state 2",
+    (2, 5): "no transition for b from state 2",
+    (3, 0): "no transition for a from state 3", (3, 2): "no transition for a from state 3",
+    (3, 1): "the trap state 3 is a dead end: b keeps it there, mask it",
+    (3, 3): "ba has no transition at its second character: check every character of a token",
+    (3, 4): "EOS is allowed only in accepting states",
+    (3, 5): "the trap state 3 is a dead end: bb keeps it there, mask it",
+}
 
 
 @pytest.mark.points(2)

@@ -15,9 +15,6 @@ import torch
 from assignments.speculative.automata import DFA
 from assignments.speculative.lm import CausalLM, next_token_probs
 
-METACHARACTERS = set(".*+?|()[]\\")
-
-
 # ---- Thompson NFA ---------------------------------------------------------------------------
 
 @dataclass
@@ -33,7 +30,7 @@ class _NFA:
         return len(self.eps) - 1
 
 
-Fragment = tuple[int, int]  # (entry state, exit state) of a sub-automaton
+_Fragment = tuple[int, int]  # (entry state, exit state) of a sub-automaton
 
 
 class _Parser:
@@ -50,17 +47,17 @@ class _Parser:
         self.pos += 1
         return char
 
-    def chars(self, allowed: frozenset[str]) -> Fragment:
+    def chars(self, allowed: frozenset[str]) -> _Fragment:
         entry, exit_ = self.nfa.state(), self.nfa.state()
         self.nfa.edges[entry].append((allowed, exit_))
         return entry, exit_
 
-    def empty(self) -> Fragment:
+    def empty(self) -> _Fragment:
         entry, exit_ = self.nfa.state(), self.nfa.state()
         self.nfa.eps[entry].append(exit_)
         return entry, exit_
 
-    def alternation(self) -> Fragment:
+    def alternation(self) -> _Fragment:
         # Lowest precedence: concatenations separated by |.
         branches = [self.concatenation()]
         while self.peek() == "|":
@@ -74,8 +71,8 @@ class _Parser:
             self.nfa.eps[last].append(exit_)
         return entry, exit_
 
-    def concatenation(self) -> Fragment:
-        parts: list[Fragment] = []
+    def concatenation(self) -> _Fragment:
+        parts: list[_Fragment] = []
         while self.peek() is not None and self.peek() not in "|)":
             parts.append(self.repetition())
         if not parts:
@@ -84,7 +81,7 @@ class _Parser:
             self.nfa.eps[last].append(first)
         return parts[0][0], parts[-1][1]
 
-    def repetition(self) -> Fragment:
+    def repetition(self) -> _Fragment:
         # Postfix operators bind tightest and may stack: each wraps what came before.
         inner = self.atom()
         while self.peek() in ("*", "+", "?"):
@@ -100,7 +97,7 @@ class _Parser:
             inner = entry, exit_
         return inner
 
-    def atom(self) -> Fragment:
+    def atom(self) -> _Fragment:
         char = self.take()
         if char == "(":
             inner = self.alternation()

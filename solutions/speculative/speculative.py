@@ -12,13 +12,13 @@ import torch
 
 from assignments.speculative.lm import CausalLM, next_token_probs
 
-F64 = torch.float64
+_F64 = torch.float64
 
 
 def _draw(probs: torch.Tensor, generator: torch.Generator) -> int:
     """One token from a normalised distribution by inverting its CDF with a uniform draw."""
-    u = torch.rand((), generator=generator, dtype=F64)
-    cdf = torch.cumsum(probs.to(F64), dim=0)
+    u = torch.rand((), generator=generator, dtype=_F64)
+    cdf = torch.cumsum(probs.to(_F64), dim=0)
     # The last entry of the CDF may round to just under 1: clamp to the last index.
     return min(int(torch.searchsorted(cdf, u, right=True)), probs.numel() - 1)
 
@@ -32,25 +32,25 @@ def rejection_sample(draft_probs: torch.Tensor, target_probs: torch.Tensor,
         token = int(draft_tokens[i])
         p, q = float(target_probs[i, token]), float(draft_probs[i, token])
         # Accept with probability min(1, p/q): u < p/q, written without the division.
-        u = float(torch.rand((), generator=generator, dtype=F64))
+        u = float(torch.rand((), generator=generator, dtype=_F64))
         if u * q < p:
             out.append(token)
             continue
         # Rejected: the mass the draft over-proposed is removed; what the target still owes
         # is max(0, p - q), which must be normalised before drawing from it.
-        residual = torch.clamp(target_probs[i].to(F64) - draft_probs[i].to(F64), min=0.0)
+        residual = torch.clamp(target_probs[i].to(_F64) - draft_probs[i].to(_F64), min=0.0)
         total = float(residual.sum())
-        residual = residual / total if total > 0 else target_probs[i].to(F64)
+        residual = residual / total if total > 0 else target_probs[i].to(_F64)
         out.append(_draw(residual, generator))
         return torch.tensor(out, dtype=torch.long)
     # Every draft accepted: the target's row after the last draft gives one token for free.
-    out.append(_draw(target_probs[k].to(F64), generator))
+    out.append(_draw(target_probs[k].to(_F64), generator))
     return torch.tensor(out, dtype=torch.long)
 
 
 def acceptance_rate(draft_probs: torch.Tensor, target_probs: torch.Tensor) -> torch.Tensor:
     """alpha = sum_x min(p(x), q(x)) along the last dimension (README §5)."""
-    return torch.minimum(draft_probs.to(F64), target_probs.to(F64)).sum(dim=-1)
+    return torch.minimum(draft_probs.to(_F64), target_probs.to(_F64)).sum(dim=-1)
 
 
 def expected_tokens_per_step(alpha: float, k: int) -> float:
@@ -103,7 +103,7 @@ def speculative_generate(target: CausalLM, draft: CausalLM, prompt: torch.Tensor
         logits = target.forward(torch.tensor(seq[kept:] + drafts))
         p = next_token_probs(logits[-(k_round + 1):], temperature)
         q_all = (torch.stack(draft_rows) if draft_rows
-                 else torch.zeros(0, target.vocab_size, dtype=F64))
+                 else torch.zeros(0, target.vocab_size, dtype=_F64))
         emitted = rejection_sample(q_all, p, torch.tensor(drafts, dtype=torch.long),
                                    generator).tolist()
         accepted = len(emitted) - 1

@@ -126,8 +126,8 @@ def test_token_after_a_rejection_follows_the_residual(outcomes):
         drawn = [out[-1] for out in rows if len(out) - 1 == i]
         judge_distribution(drawn, residual(i),
                            f"rejection_sample: the token drawn after rejecting draft {i}",
-                           "after a rejection at i, draw from normalise(max(0, p_i - q_i)): "
-                           "clamp at 0, then divide by the sum")
+                           "after a rejection at i, draw from max(0, p - q) of row i, "
+                           "normalised: clamp at 0, then divide by the sum")
 
 
 @pytest.mark.points(4)

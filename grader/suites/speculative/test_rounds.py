@@ -121,7 +121,7 @@ def test_greedy_rounds_statistics(outcomes):
         _, stats, _ = run(outcomes, name)
         _, want = expected(name)
         got = {key: stats[key] for key in want}
-        if got["drafted"] == want["drafted"] and got["accepted"] < want["accepted"]:
+        if got["accepted"] < want["accepted"]:
             raise AssertionError(
                 f"speculative_generate at temperature 0 ({name}): {got['accepted']} drafts "
                 f"accepted, the rounds give {want['accepted']}: the draft proposes from a "

@@ -5,6 +5,6 @@ from harness.mutation import mutate
 MUTATES = "speculative"
 FEEDBACK = "target_probs[k]"
 mutate(globals(), "speculative", "speculative", replace=[
-    ("    out.append(_draw(target_probs[k].to(F64), generator))",
-     "    out.append(_draw(draft_probs[k - 1].to(F64), generator))"),
+    ("    out.append(_draw(target_probs[k].to(_F64), generator))",
+     "    out.append(_draw(draft_probs[k - 1].to(_F64), generator))"),
 ])

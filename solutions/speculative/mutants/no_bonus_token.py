@@ -5,5 +5,5 @@ from harness.mutation import mutate
 MUTATES = "speculative"
 FEEDBACK = "bonus token"
 mutate(globals(), "speculative", "speculative", replace=[
-    ("    out.append(_draw(target_probs[k].to(F64), generator))\n", ""),
+    ("    out.append(_draw(target_probs[k].to(_F64), generator))\n", ""),
 ])

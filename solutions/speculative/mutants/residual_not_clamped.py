@@ -3,10 +3,10 @@
 from harness.mutation import mutate
 
 MUTATES = "speculative"
-FEEDBACK = "max(0, p_i - q_i)"
+FEEDBACK = "max(0, p - q)"
 mutate(globals(), "speculative", "speculative", replace=[
-    ("        residual = torch.clamp(target_probs[i].to(F64) - draft_probs[i].to(F64), min=0.0)",
-     "        residual = target_probs[i].to(F64) - draft_probs[i].to(F64)"),
-    ("        residual = residual / total if total > 0 else target_probs[i].to(F64)",
+    ("        residual = torch.clamp(target_probs[i].to(_F64) - draft_probs[i].to(_F64), min=0.0)",
+     "        residual = target_probs[i].to(_F64) - draft_probs[i].to(_F64)"),
+    ("        residual = residual / total if total > 0 else target_probs[i].to(_F64)",
      "        residual = residual / total"),
 ])

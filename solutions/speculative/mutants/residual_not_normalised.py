@@ -5,6 +5,6 @@ from harness.mutation import mutate
 MUTATES = "speculative"
 FEEDBACK = ("normalise", "divide by the sum")
 mutate(globals(), "speculative", "speculative", replace=[
-    ("        residual = residual / total if total > 0 else target_probs[i].to(F64)",
-     "        residual = residual if total > 0 else target_probs[i].to(F64)"),
+    ("        residual = residual / total if total > 0 else target_probs[i].to(_F64)",
+     "        residual = residual if total > 0 else target_probs[i].to(_F64)"),
 ])
