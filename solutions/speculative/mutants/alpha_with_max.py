@@ -4,6 +4,6 @@ from harness.mutation import mutate
 MUTATES = "speculative"
 FEEDBACK = "min(p, q)"
 mutate(globals(), "speculative", "speculative", replace=[
-    ("    return torch.minimum(draft_probs.to(F64), target_probs.to(F64)).sum(dim=-1)",
-     "    return torch.maximum(draft_probs.to(F64), target_probs.to(F64)).sum(dim=-1)"),
+    ("    return torch.minimum(draft_probs.to(_F64), target_probs.to(_F64)).sum(dim=-1)",
+     "    return torch.maximum(draft_probs.to(_F64), target_probs.to(_F64)).sum(dim=-1)"),
 ])
