@@ -9,8 +9,8 @@ built here from the provided module: ("tiny", {kwargs of TinyLM}) or ("constant"
     raises             spec: module, fn, args, kwargs -> the name of the exception type it
                        raised ("no error" when it returned); NotImplementedError propagates
     rejection_trials   q, p, draft tokens, trials, seed -> the emitted tokens of each trial
-    generate           target, draft, prompt, k, max_new_tokens, temperature, seed ->
-                       {"tokens", "stats", "target_calls"}
+    generate           target, draft, prompt, k, max_new_tokens, temperature, seed[, prefill
+                       tokens fed to both models first] -> {"tokens", "stats", "target_calls"}
     generate_trials    the same fields and trials -> a [trials, max_new_tokens] tensor
     compile            pattern, alphabet -> the DFA as {"start", "accepting", "transitions"}
     masks              dfa (plain), states, vocab, eos_id -> [len(states), V] bool
@@ -94,6 +94,9 @@ def run_task(ctx: Any, task: dict) -> Any:
         target, draft = build_model(task["target"]), build_model(task["draft"])
         gen = generator(task["seed"])
         prompt = torch.tensor(task["prompt"], dtype=torch.long)
+        if task.get("prefill"):  # caches that hold another sequence when the call starts
+            target.forward(torch.tensor(task["prefill"]))
+            draft.forward(torch.tensor(task["prefill"]))
 
         def once() -> tuple[Any, Any]:
             return spec_mod.speculative_generate(target, draft, prompt.clone(), task["k"],

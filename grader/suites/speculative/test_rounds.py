@@ -41,6 +41,7 @@ GREEDY = {  # name: (target, draft, prompt, k)
     "unrelated_draft_k3": (tiny(5, 14), tiny(5, 64), [2, 2], 3),
 }
 PLAIN = (tiny(5, 15), tiny(5, 15, noise=0.5, noise_seed=115), [4, 0], 0)
+DIRTY = "close_draft_k2"  # run again on models whose caches already hold 6 tokens
 
 SAMPLED = (tiny(4, 21, scale=1.5), tiny(4, 21, scale=1.5, noise=0.7, noise_seed=22), [1, 3])
 SAMPLED_NEW, SAMPLED_K, SAMPLED_TRIALS = 3, 2, 1500
@@ -61,6 +62,9 @@ def build() -> dict[str, dict]:
     tasks = {name: generate(t, d, prompt, k, NEW, 0.0, 201)
              for name, (t, d, prompt, k) in GREEDY.items()}
     tasks["plain_greedy"] = generate(*PLAIN, NEW, 0.0, 202)
+    target, draft, prompt, k = GREEDY[DIRTY]
+    tasks["dirty"] = {**generate(target, draft, prompt, k, NEW, 0.0, 207),
+                      "prefill": [4, 3, 2, 1, 0, 1]}
     tasks["sampled"] = generate(*SAMPLED, SAMPLED_K, SAMPLED_NEW, 1.0, 203, SAMPLED_TRIALS)
     tasks["plain_sampled"] = generate(*SAMPLED, 0, SAMPLED_NEW, 1.0, 204, PLAIN_TRIALS)
     tasks["alpha"] = generate(constant(P_LOGITS), constant(Q_LOGITS), [0], ALPHA_K, ALPHA_NEW,
@@ -93,6 +97,7 @@ def run(outcomes: dict, name: str) -> tuple[list[int], dict, int]:
 
 
 def expected(name: str) -> tuple[list[int], dict]:
+    name = DIRTY if name == "dirty" else name
     target, draft, prompt, k = PLAIN if name == "plain_greedy" else GREEDY[name]
     return greedy_rounds(target, draft, prompt, k, NEW)
 
@@ -132,7 +137,20 @@ def test_greedy_rounds_statistics(outcomes):
             f"rounds with n < k')")
 
 
-@pytest.mark.points(2)
+@pytest.mark.points(1)
+@pytest.mark.exercises("speculative_generate")
+def test_caches_are_reset_at_the_start(outcomes):
+    tokens, stats, _ = run(outcomes, "dirty")
+    want, want_stats = expected("dirty")
+    assert tokens == want, (
+        f"speculative_generate on models whose caches already held 6 tokens gave {tokens}, "
+        f"expected {want}: reset both caches at the start (README §5)")
+    assert {key: stats[key] for key in want_stats} == want_stats, (
+        f"speculative_generate on models whose caches already held 6 tokens: stats {stats}, "
+        f"expected {want_stats}: reset the draft's cache too at the start")
+
+
+@pytest.mark.points(1)
 @pytest.mark.exercises("speculative_generate")
 def test_one_target_forward_per_round(outcomes):
     for name in GREEDY:
