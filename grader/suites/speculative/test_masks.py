@@ -45,6 +45,7 @@ def random_dfa(seed: int, states: int = 7) -> dict:
 RANDOM = {f"random_{seed}": random_dfa(seed) for seed in (401, 402, 403, 404)}
 TRAP = dfa(0, [3], [{"a": 1, "b": 4, "c": 4}, {"b": 2, "a": 4, "c": 4},
                     {"c": 3, "a": 4, "b": 4}, {"a": 1}, {"a": 4, "b": 4, "c": 4}])
+ONE_STATE = dfa(0, [0], [{"a": 0, "c": 0}])  # [ac]*: a single accepting state
 CASES = {"hand": (HAND, SHORT_VOCAB, SHORT_EOS), "hand_long": (HAND, LONG_VOCAB, LONG_EOS),
          **{name: (d, LONG_VOCAB, LONG_EOS) for name, d in RANDOM.items()},
          "trap": (TRAP, LONG_VOCAB, LONG_EOS)}
@@ -57,6 +58,8 @@ def build() -> dict[str, dict]:
                       "eos_id": LONG_EOS}
     tasks["index_trap"] = {"kind": "mask_index", "dfa": TRAP, "vocab": LONG_VOCAB,
                            "eos_id": LONG_EOS}
+    tasks["index_one_state"] = {"kind": "mask_index", "dfa": ONE_STATE, "vocab": LONG_VOCAB,
+                                "eos_id": LONG_EOS}
     return tasks
 
 
@@ -174,6 +177,7 @@ def test_no_token_leads_into_a_trap_state(outcomes):
 @pytest.mark.points(2)
 @pytest.mark.exercises("mask_index")
 def test_mask_index_stacks_every_state(outcomes):
-    for name, d in (("index", RANDOM["random_402"]), ("index_trap", TRAP)):
+    for name, d in (("index", RANDOM["random_402"]), ("index_trap", TRAP),
+                    ("index_one_state", ONE_STATE)):
         judge(value(outcomes, name, "mask_index"), d, LONG_VOCAB, LONG_EOS,
               f"mask_index ({name})")

@@ -29,9 +29,10 @@ GROUPS = {  # name: (alphabet, patterns, hint)
     "alternation": ("abc", ["a|b", "ab|c", "a|", "(a|b)c|ca", "|a", "a|b|c|"],
                     "| has the lowest precedence (ab|c is (ab)|(c)); an empty alternative "
                     "matches the empty string"),
-    "classes_and_dot": ("abcd", ["[ab]c", "[a-c]+", ".", "a.c", ".*d", "[a-bd]*"],
-                        "[..] is one character of the set (a-c is a range); . is any one "
-                        "character of the alphabet"),
+    "classes_and_dot": ("abcd-", ["[ab]c", "[a-c]+", ".", "a.c", ".*d", "[a-bd]*", "[a-a]b",
+                                  "[a-]b", "[-a]+"],
+                        "[..] is one character of the set (a-c is a range, a '-' first or last "
+                        "is literal); . is any one character of the alphabet"),
     "nested_groups": ("abc", ["((a|b)c)*", "(a(b|c)*)+", "(a|b)*abb", "((ab)?c)+"],
                       "a group is one atom: a postfix operator after it repeats all of it"),
     "escapes": ("ab.*(", ["\\.", "a\\*", "a.\\.", "[.]b", "\\(a*"],

@@ -59,29 +59,35 @@ def exact() -> dict[tuple[int, ...], float]:
     return out
 
 
+DOT_PATTERN = ".b(c|d)"  # '.' is any character of the vocabulary's strings
+DOT_TRIALS = 40
+
+
 @pytest.fixture(scope="module")
 def outcomes(launch):
-    return run_tasks(launch, {"runs": {
-        "kind": "constrained_trials", "model": MODEL, "prompt": PROMPT, "pattern": PATTERN,
-        "vocab": VOCAB, "eos_id": EOS, "max_new_tokens": MAX_NEW, "trials": TRIALS,
-        "seed": seed(501)}})
+    common = {"kind": "constrained_trials", "model": MODEL, "prompt": PROMPT, "vocab": VOCAB,
+              "eos_id": EOS, "max_new_tokens": MAX_NEW}
+    return run_tasks(launch, {
+        "runs": {**common, "pattern": PATTERN, "trials": TRIALS, "seed": seed(501)},
+        "dot": {**common, "pattern": DOT_PATTERN, "trials": DOT_TRIALS, "seed": seed(502)}})
 
 
-def outputs(outcomes: dict) -> list[tuple[int, ...]]:
-    rows = value(outcomes, "runs", "constrained_generate")
+def outputs(outcomes: dict, name: str = "runs") -> list[tuple[int, ...]]:
+    rows = value(outcomes, name, "constrained_generate")
     return [tuple(tokens_list(row, "constrained_generate")) for row in rows]
 
 
 @pytest.mark.points(4)
 @pytest.mark.exercises("constrained_generate")
 def test_every_finished_output_matches_the_pattern(outcomes):
-    for row in outputs(outcomes):
+    for pattern, row in [(PATTERN, r) for r in outputs(outcomes)] + \
+            [(DOT_PATTERN, r) for r in outputs(outcomes, "dot")]:
         assert all(0 <= t < len(VOCAB) and t != EOS for t in row), (
             f"constrained_generate returned {list(row)}: token ids of the vocabulary, without "
             f"the EOS token")
         text = "".join(VOCAB[t] for t in row)
-        assert len(row) < MAX_NEW and re.fullmatch(PATTERN, text), (
-            f"constrained_generate({PATTERN!r}) produced {text!r} ({len(row)} tokens), which "
+        assert len(row) < MAX_NEW and re.fullmatch(pattern, text), (
+            f"constrained_generate({pattern!r}) produced {text!r} ({len(row)} tokens), which "
             f"does not fully match: sample only tokens of the mask of the current DFA state "
             f"(EOS only where it accepts) and advance the state over the whole token")
 
