@@ -61,6 +61,7 @@ def exact() -> dict[tuple[int, ...], float]:
 
 DOT_PATTERN = ".b(c|d)"  # '.' is any character of the vocabulary's strings
 DOT_TRIALS = 40
+CAPPED_PATTERN, CAPPED_NEW = "[ab]*", 3  # never has to end: max_new_tokens stops it
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +70,11 @@ def outcomes(launch):
               "eos_id": EOS, "max_new_tokens": MAX_NEW}
     return run_tasks(launch, {
         "runs": {**common, "pattern": PATTERN, "trials": TRIALS, "seed": seed(501)},
-        "dot": {**common, "pattern": DOT_PATTERN, "trials": DOT_TRIALS, "seed": seed(502)}})
+        "dot": {**common, "pattern": DOT_PATTERN, "trials": DOT_TRIALS, "seed": seed(502)},
+        "capped": {**common, "pattern": CAPPED_PATTERN, "max_new_tokens": CAPPED_NEW,
+                   "trials": DOT_TRIALS, "seed": seed(503)},
+        "none": {**common, "pattern": PATTERN, "max_new_tokens": 0, "trials": 1,
+                 "seed": seed(504)}})
 
 
 def outputs(outcomes: dict, name: str = "runs") -> list[tuple[int, ...]]:
@@ -90,6 +95,14 @@ def test_every_finished_output_matches_the_pattern(outcomes):
             f"constrained_generate({pattern!r}) produced {text!r} ({len(row)} tokens), which "
             f"does not fully match: sample only tokens of the mask of the current DFA state "
             f"(EOS only where it accepts) and advance the state over the whole token")
+    for row in outputs(outcomes, "capped"):
+        text = "".join(VOCAB[t] for t in row if 0 <= t < len(VOCAB))
+        assert len(row) <= CAPPED_NEW and re.fullmatch(CAPPED_PATTERN, text), (
+            f"constrained_generate({CAPPED_PATTERN!r}, max_new_tokens={CAPPED_NEW}) returned "
+            f"{len(row)} tokens ({text!r}): stop once max_new_tokens tokens are generated, "
+            f"each from the mask")
+    assert outputs(outcomes, "none") == [()], (
+        "constrained_generate with max_new_tokens=0 must return no tokens")
 
 
 @pytest.mark.points(5)
