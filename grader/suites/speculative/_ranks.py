@@ -7,7 +7,10 @@ built here from the provided module: ("tiny", {kwargs of TinyLM}) or ("constant"
 
     call               spec: module, fn, args, kwargs -> what the function returned
     raises             spec: module, fn, args, kwargs -> the name of the exception type it
-                       raised ("no error" when it returned); NotImplementedError propagates
+                       raised ("no error" when it returned), followed by " after N forward
+                       calls" when the models it was given ran forward; NotImplementedError
+                       propagates. "models" / "model": specs built here that replace the
+                       leading arguments
     rejection_trials   q, p, draft tokens, trials, seed -> the emitted tokens of each trial
     generate           target, draft, prompt, k, max_new_tokens, temperature, seed[, prefill
                        tokens fed to both models first] -> {"tokens", "stats", "target_calls"}
@@ -74,16 +77,19 @@ def run_task(ctx: Any, task: dict) -> Any:
     if kind in ("call", "raises"):
         mod = ctx.impl_module("speculative", task["module"])
         fn = getattr(mod, task["fn"])
-        if "models" in task:  # model specs replace the first two arguments
-            task = {**task, "args": [*map(build_model, task["models"]), *task["args"][2:]]}
+        models = [build_model(spec) for spec in task.get("models", ())]
+        if "model" in task:
+            models = [build_model(task["model"])]
+        args = [*models, *task["args"][len(models):]]  # model specs replace leading arguments
         if kind == "call":
-            return fn(*task["args"], **task["kwargs"])
+            return fn(*args, **task["kwargs"])
         try:
-            fn(*task["args"], **task["kwargs"])
+            fn(*args, **task["kwargs"])
         except NotImplementedError:
             raise
         except Exception as exc:  # noqa: BLE001 - the parent judges the type
-            return type(exc).__name__
+            forwards = sum(m.forward_calls for m in models)
+            return type(exc).__name__ + (f" after {forwards} forward calls" if forwards else "")
         return "no error"
     if kind == "rejection_trials":
         gen = generator(task["seed"])

@@ -35,11 +35,12 @@ GROUPS = {  # name: (alphabet, patterns, hint)
                         "is literal); . is any one character of the alphabet"),
     "nested_groups": ("abc", ["((a|b)c)*", "(a(b|c)*)+", "(a|b)*abb", "((ab)?c)+"],
                       "a group is one atom: a postfix operator after it repeats all of it"),
-    "escapes": ("ab.*(", ["\\.", "a\\*", "a.\\.", "[.]b", "\\(a*"],
+    "escapes": ("ab.*(", ["\\.", "a\\*", "a.\\.", "[.]b", "\\(a*", "[\\.a]+", "[(-\\*]b"],
                 "\\c is the character c, also for a metacharacter; inside [..] . and * are "
                 "literal"),
 }
-ERRORS = ["(a", "a)", "*a", "a|*", "(+a)", "[ab", "[]", "[^a]", "[c-a]", "a\\", "]"]
+ERRORS = ["(a", "a)", "*a", "a|*", "(+a)", "[ab", "[]", "[^a]", "[c-a]", "a\\", "]", "[a\\",
+          "[a-\\"]
 
 
 def build() -> dict[str, dict]:

@@ -225,5 +225,5 @@ def test_bad_arguments_and_zero_new_tokens(outcomes):
     for name in ("negative_k", "negative_max_new_tokens", "empty_prompt", "vocab_mismatch"):
         got = value(outcomes, f"bad_{name}", "speculative_generate")
         assert got == "ValueError", (
-            f"speculative_generate with {name.replace('_', ' ')}: expected ValueError, got "
-            f"{got}")
+            f"speculative_generate with {name.replace('_', ' ')}: expected ValueError before any "
+            f"forward, got {got}")

@@ -13,10 +13,12 @@ import itertools
 import re
 
 import pytest
+import torch
 
 from grader.suites.speculative._common import (
     judge_distribution,
     next_probs,
+    raises,
     run_tasks,
     seed,
     tiny,
@@ -30,7 +32,7 @@ PATTERN = "(ab|a)(c|bc)?d"
 MODEL = tiny(len(VOCAB), 31, scale=1.0)
 PROMPT = [0, 3]
 MAX_NEW = 12
-TRIALS = 400
+TRIALS = 1000
 
 
 def language() -> set[str]:
@@ -74,7 +76,10 @@ def outcomes(launch):
         "capped": {**common, "pattern": CAPPED_PATTERN, "max_new_tokens": CAPPED_NEW,
                    "trials": DOT_TRIALS, "seed": seed(503)},
         "none": {**common, "pattern": PATTERN, "max_new_tokens": 0, "trials": 1,
-                 "seed": seed(504)}})
+                 "seed": seed(504)},
+        "unspellable": {**raises("constrained", "constrained_generate", None,
+                                 torch.tensor(PROMPT), "ab(c|z)z", VOCAB, EOS, MAX_NEW,
+                                 torch.Generator()), "model": MODEL}})
 
 
 def outputs(outcomes: dict, name: str = "runs") -> list[tuple[int, ...]]:
@@ -103,6 +108,10 @@ def test_every_finished_output_matches_the_pattern(outcomes):
             f"each from the mask")
     assert outputs(outcomes, "none") == [()], (
         "constrained_generate with max_new_tokens=0 must return no tokens")
+    got = value(outcomes, "unspellable", "constrained_generate")
+    assert got == "ValueError", (
+        f"constrained_generate('ab(c|z)z') with a vocabulary that has no 'z': expected "
+        f"ValueError once the current state's mask is empty, got {got}")
 
 
 @pytest.mark.points(5)
