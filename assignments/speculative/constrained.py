@@ -72,7 +72,7 @@ def constrained_generate(model: CausalLM, prompt: torch.Tensor, pattern: str, vo
     or max_new_tokens tokens have been generated, whichever comes first.
 
     Returns the generated token ids (1-D long), without the eos_id token. If it stopped on
-    eos_id, the concatenated strings fully match `pattern`. A state whose mask is empty (only
-    possible if the pattern matches nothing) is a ValueError.
+    eos_id, the concatenated strings fully match `pattern`. If the current state's mask is
+    empty (the vocabulary cannot spell any continuation that matches), it raises ValueError.
     """
     raise NotImplementedError("constrained_generate: see README §7")
