@@ -39,8 +39,8 @@ GROUPS = {  # name: (alphabet, patterns, hint)
                 "\\c is the character c, also for a metacharacter; inside [..] . and * are "
                 "literal"),
 }
-ERRORS = ["(a", "a)", "*a", "a|*", "(+a)", "[ab", "[]", "[^a]", "[c-a]", "a\\", "]", "[a\\",
-          "[a-\\"]
+ERRORS = ["(a", "a)", "*a", "a|*", "(+a)", "[ab", "[]", "[^a]", "[c-a]", "[c-ab]", "a\\", "]",
+          "[a\\", "[a-\\", "[a-"]
 
 
 def build() -> dict[str, dict]:
