@@ -109,7 +109,7 @@ def test_every_finished_output_matches_the_pattern(outcomes):
     assert outputs(outcomes, "none") == [()], (
         "constrained_generate with max_new_tokens=0 must return no tokens")
     got = value(outcomes, "unspellable", "constrained_generate")
-    assert got == "ValueError", (
+    assert str(got).startswith("ValueError"), (
         f"constrained_generate('ab(c|z)z') with a vocabulary that has no 'z': expected "
         f"ValueError once the current state's mask is empty, got {got}")
 
