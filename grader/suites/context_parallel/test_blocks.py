@@ -51,9 +51,9 @@ def test_attention_lse_in_log_space(launch, impl):
         got, want = _attn(launch, impl, index)
         lse = got["lse"]
         what = f"attention_with_lse ({want['name']}) lse"
-        if isinstance(lse, torch.Tensor) and lse.shape == want["lse"].shape:
-            if torch.allclose(lse.double(), want["lse"].exp(), rtol=1e-6):
-                raise AssertionError(f"{what}: {LSE_HINT}; got exp(lse)")
+        if (isinstance(lse, torch.Tensor) and lse.shape == want["lse"].shape
+                and torch.allclose(lse.double(), want["lse"].exp(), rtol=1e-6)):
+            raise AssertionError(f"{what}: {LSE_HINT}; got exp(lse)")
         check(lse, want["lse"], what, dtype=want["dtype"], tol=want["tol"], hint=LSE_HINT)
 
 
