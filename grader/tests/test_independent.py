@@ -25,7 +25,7 @@ ASSIGNMENTS = sorted(p.name for p in INDEPENDENT.iterdir() if p.is_dir()
 def test_there_are_independent_implementations():
     assert {"cuda_graph_decode", "gpt", "moe", "paged_kv", "ppo", "ring_allreduce", "serving",
             "tensor_parallel", "triton_kernels", "zero2", "ddp", "fsdp",
-            "pipeline"} <= set(ASSIGNMENTS)
+            "pipeline", "context_parallel"} <= set(ASSIGNMENTS)
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
