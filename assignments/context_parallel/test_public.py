@@ -45,7 +45,7 @@ def rows(t: torch.Tensor, rank: int, dim: int = 2) -> torch.Tensor:
     return t.chunk(WORLD, dim=dim)[rank].clone()
 
 
-# ---- the inputs and references (parent) -----------------------------------------------------------
+# ---- the inputs and references (parent) ------------------------------------------------------
 
 Q, K, V = randn(1, BATCH, HEADS, SEQ, DIM), randn(2, BATCH, HEADS, SEQ, DIM), \
     randn(3, BATCH, HEADS, SEQ, DIM_V)

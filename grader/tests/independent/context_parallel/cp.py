@@ -60,7 +60,9 @@ class _Ring:
         self.r = dist.get_rank(group)
 
     def glob(self, j):
-        return dist.get_global_rank(self.group, j % self.n) if self.group is not None else j % self.n
+        if self.group is None:
+            return j % self.n
+        return dist.get_global_rank(self.group, j % self.n)
 
     def shift(self, tensors):
         """Post sends to r+1 and receives from r-1 (in the listed order); returns (bufs, reqs)."""
