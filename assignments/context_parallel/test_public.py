@@ -161,7 +161,8 @@ def test_ring_attention_values(run):
                      hint_first=True, hint="merge every block that travels the ring")
         assert_close(got["causal"], rows(FULL_CAUSAL, r),
                      what=f"{where(r)} ring_attention causal", hint_first=True,
-                     hint="the block from group rank j starts at position j*S/N")
+                     hint="the block from group rank j starts at position j*S/N; send to "
+                          "r+1, receive from r-1 (one direction)")
 
 
 @pytest.mark.exercises("zigzag_split")

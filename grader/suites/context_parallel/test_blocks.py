@@ -47,7 +47,7 @@ def test_attention_no_mask(launch, impl):
 @pytest.mark.exercises("attention_with_lse")
 @pytest.mark.points(2)
 def test_attention_lse_in_log_space(launch, impl):
-    for index in (0, 1, 2, 5):
+    for index in (0, 1, 5):
         got, want = _attn(launch, impl, index)
         lse = got["lse"]
         what = f"attention_with_lse ({want['name']}) lse"
