@@ -111,7 +111,9 @@ def build(which: str) -> dict[str, dict]:
                                            causal=False, seed=1040, backward=True)
         cases["ring backward causal"] = ring_case(2, batch=2, heads=1, seq=6, dim=4, dim_v=4,
                                                   causal=True, seed=1050, backward=True)
-        cases["sp ops"] = sp_ops_case(2, 1100)
+        ops = sp_ops_case(2, 1100)
+        cases["sp gather"] = {**ops, "kind": "sp_gather"}
+        cases["sp rs"] = {**ops, "kind": "sp_rs"}
         cases["sp mlp"] = sp_mlp_case(2, 1110)
     elif which == "ring3":
         cases["ring float64 causal dim_v=6"] = ring_case(3, batch=1, heads=2, seq=9, dim=4,
@@ -133,7 +135,9 @@ def build(which: str) -> dict[str, dict]:
                                                causal=True, seed=3040, probe=True)
         cases["ring backward causal"] = ring_case(4, batch=1, heads=2, seq=12, dim=4, dim_v=3,
                                                   causal=True, seed=3050, backward=True)
-        cases["sp ops"] = sp_ops_case(4, 3100)
+        ops = sp_ops_case(4, 3100)
+        cases["sp gather"] = {**ops, "kind": "sp_gather"}
+        cases["sp rs"] = {**ops, "kind": "sp_rs"}
         cases["sp mlp"] = sp_mlp_case(4, 3110)
     elif which == "ulysses2":
         cases["ulysses"] = ulysses_case(2, batch=2, heads=4, seq=8, dim=4, dim_v=3,

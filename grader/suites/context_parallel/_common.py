@@ -280,21 +280,26 @@ def _run_ulysses_heads(ctx, m, name: str, c: dict) -> str:
     return "no error"
 
 
-def _run_sp_ops(ctx, m, name: str, c: dict) -> dict:
+def _run_sp_gather(ctx, m, name: str, c: dict) -> dict:
     r = ctx.rank
     x = c["xs"][r].clone().requires_grad_()
-    ctx.mark(f"{name} gather forward")
+    ctx.mark(f"{name} forward")
     y = m.gather_from_sequence_parallel_region(x, None)
-    ctx.mark(f"{name} gather backward")
+    ctx.mark(f"{name} backward")
     y.backward(c["gather_grads"][r])
+    ctx.mark(f"{name} end")
+    return {"gather": y.detach(), "gather_x_grad": x.grad}
+
+
+def _run_sp_rs(ctx, m, name: str, c: dict) -> dict:
+    r = ctx.rank
     p = c["partials"][r].clone().requires_grad_()
-    ctx.mark(f"{name} rs forward")
+    ctx.mark(f"{name} forward")
     z = m.reduce_scatter_to_sequence_parallel_region(p, None)
-    ctx.mark(f"{name} rs backward")
+    ctx.mark(f"{name} backward")
     z.backward(c["rs_grads"][r])
     ctx.mark(f"{name} end")
-    return {"gather": y.detach(), "gather_x_grad": x.grad, "rs": z.detach(),
-            "rs_x_grad": p.grad, "partial_after": p.detach(), "x_after": x.detach()}
+    return {"rs": z.detach(), "rs_x_grad": p.grad}
 
 
 def _run_sp_mlp(ctx, m, name: str, c: dict) -> dict:
@@ -360,7 +365,7 @@ def rank_all(ctx, cases: dict[str, dict]) -> dict:
         return box["m"]
 
     handlers = {"ring": _run_ring, "ulysses": _run_ulysses, "ulysses_heads": _run_ulysses_heads,
-                "sp_ops": _run_sp_ops, "sp_mlp": _run_sp_mlp}
+                "sp_gather": _run_sp_gather, "sp_rs": _run_sp_rs, "sp_mlp": _run_sp_mlp}
     parts = []
     for name, c in cases.items():
         handler = handlers.get(c["kind"], _run_unit)

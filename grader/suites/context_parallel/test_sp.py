@@ -28,8 +28,8 @@ WORLDS = [pytest.param("ring2", id="world_size=2"), pytest.param("ring4", id="wo
 @pytest.mark.parametrize("which", WORLDS)
 def test_gather_forward_and_backward(launch, impl, which):
     world = LAUNCHES[which][0]
-    got = values(run(launch, impl, which), "sp ops")
-    want = expected(which, "sp ops")
+    got = values(run(launch, impl, which), "sp gather")
+    want = expected(which, "sp gather")
     for r in range(world):
         what = f"{where(r, world)} gather_from_sequence_parallel_region"
         check(got[r]["gather"], want["gather"], f"{what} forward",
@@ -44,8 +44,8 @@ def test_gather_forward_and_backward(launch, impl, which):
 @pytest.mark.parametrize("which", WORLDS)
 def test_reduce_scatter_forward_and_backward(launch, impl, which):
     world = LAUNCHES[which][0]
-    got = values(run(launch, impl, which), "sp ops")
-    want = expected(which, "sp ops")
+    got = values(run(launch, impl, which), "sp rs")
+    want = expected(which, "sp rs")
     for r in range(world):
         what = f"{where(r, world)} reduce_scatter_to_sequence_parallel_region"
         check(got[r]["rs"], want["rs"][r], f"{what} forward",
@@ -65,12 +65,13 @@ def test_operators_collectives_on_the_wire(launch, impl):
     which = "ring4"
     world = LAUNCHES[which][0]
     result = run(launch, impl, which)
-    values(result, "sp ops")
+    values(result, "sp gather")
+    values(result, "sp rs")
     phases = {"gather forward": GATHER, "gather backward": SCATTER, "rs forward": SCATTER,
               "rs backward": GATHER}
     for r in range(world):
         for phase, allowed in phases.items():
-            kinds = _kinds(result, r, f"sp ops {phase}")
+            kinds = _kinds(result, r, f"sp {phase}")
             assert len(kinds) == 1 and kinds[0] in allowed, (
                 f"{where(r, world)} {phase}: the wire carried {kinds or 'nothing'}; expected "
                 f"exactly one {'all-gather' if allowed is GATHER else 'reduce-scatter'} "
