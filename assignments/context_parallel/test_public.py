@@ -115,8 +115,8 @@ def rank_public(ctx, data: dict) -> dict:
 def run(launch):
     # Attention over keys 0..2 and over keys 3..7, computed here: merge must combine them.
     parts = [attention(Q, K[:, :, :3], V[:, :, :3]), attention(Q, K[:, :, 3:], V[:, :, 3:])]
-    data = {"q": Q, "k": K, "v": V, "parts": parts, "x": X, "ln_w": LN_W, "ln_b": LN_B, "w1": W1, "b1": B1,
-            "w2": W2, "b2": B2, "grad_y": GRAD_Y}
+    data = {"q": Q, "k": K, "v": V, "parts": parts, "x": X, "ln_w": LN_W, "ln_b": LN_B,
+            "w1": W1, "b1": B1, "w2": W2, "b2": B2, "grad_y": GRAD_Y}
     return launch(rank_public, world_size=WORLD, args=(data,), backend="gloo", timeout=90)
 
 
