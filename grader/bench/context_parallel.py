@@ -27,6 +27,7 @@ import argparse
 import statistics
 import sys
 import time
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -51,7 +52,7 @@ def _live_bytes() -> int:
     return total
 
 
-def _peak_during(fn) -> tuple[object, int]:
+def _peak_during(fn) -> tuple[Any, int]:
     """fn()'s result and the most tensor bytes alive at any matrix product, over the start."""
     from torch.overrides import TorchFunctionMode
 
