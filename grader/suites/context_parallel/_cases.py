@@ -21,9 +21,22 @@ from grader.suites.context_parallel._common import (
     ulysses_case,
 )
 
-# (seq_len, world_size) of the zigzag cases
-ZIGZAG_CALLS = [(16, 2), (24, 3), (32, 4), (8, 4), (2, 1), (48, 4)]
+# (seq_len, world_size) of the zigzag cases: fixed ones, then drawn by hypothesis in the parent
+# (world sizes 1..8, 1..5 positions per chunk), the same on every run.
+ZIGZAG_FIXED = [(16, 2), (24, 3), (32, 4), (8, 4), (2, 1), (48, 4)]
 ZIGZAG_INVALID = [(10, 2), (12, 4), (8, 0), (6, 4)]
+_DRAWN: list[tuple[int, int]] = []
+
+
+def zigzag_calls() -> list[tuple[int, int]]:
+    if not _DRAWN:
+        from hypothesis import strategies as st
+
+        from grader.seeds import hypothesis_examples
+
+        pairs = st.tuples(st.integers(1, 8), st.integers(1, 5))
+        _DRAWN.extend((2 * n * c, n) for n, c in hypothesis_examples(pairs, 24, 3700))
+    return ZIGZAG_FIXED + _DRAWN
 
 
 def attn_calls() -> list[dict[str, Any]]:
@@ -73,9 +86,10 @@ def unit_cases() -> dict[str, dict]:
     merge_args = []  # flattened pairwise calls: the rank returns each merge's result
     for m in merges:
         merge_args.append(m["parts"])
-    xs = [randn(700, 16, 3), randn(701, 2, 3, 24, 2)]
+    specs = [(randn(700, 16, 3), (16, 4), 0), (randn(701, 2, 3, 24, 2), (24, 3), 2)]
+    specs += [(randn(710 + i, 2, s), (s, n), 1) for i, (s, n) in enumerate(zigzag_calls()[6:16])]
     from_split = []
-    for x, (s, n), dim in ((xs[0], (16, 4), 0), (xs[1], (24, 3), 2)):
+    for x, (s, n), dim in specs:
         chunk = s // (2 * n)
         shards = []
         for r in range(n):
@@ -88,7 +102,7 @@ def unit_cases() -> dict[str, dict]:
                  "expected": {"calls": attn}},
         "merge": {"kind": "merge_blocks", "calls": merge_args,
                   "expected": {"calls": merges}},
-        "zigzag": {"kind": "zigzag", "calls": ZIGZAG_CALLS, "expected": {}},
+        "zigzag": {"kind": "zigzag", "calls": zigzag_calls(), "expected": {}},
         "unsplit": {"kind": "unsplit", "calls": [(s, d) for s, d, _ in from_split],
                     "expected": {"x": [x for _, _, x in from_split]}},
         "zigzag invalid": {"kind": "zigzag_invalid", "calls": ZIGZAG_INVALID, "expected": {}},
