@@ -132,11 +132,15 @@ def _ring_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         if step < size - 1:
             (next_k, next_v), works = _post_ring_exchange([cur_k, cur_v], group)
         owner = (rank - step) % size
-        if not _block_is_masked(causal, rank * rows, owner * rows):
-            blk_out, blk_lse = attention_with_lse(q, cur_k, cur_v, causal, rank * rows,
-                                                  owner * rows)
-            out, lse = merge(out, lse, blk_out, blk_lse)
-        _wait(works)
+        try:
+            if not _block_is_masked(causal, rank * rows, owner * rows):
+                blk_out, blk_lse = attention_with_lse(q, cur_k, cur_v, causal, rank * rows,
+                                                      owner * rows)
+                out, lse = merge(out, lse, blk_out, blk_lse)
+        finally:
+            # Never leave a transfer in flight, even when the compute raised: every rank
+            # posted its half of it, and a group torn down with it pending can hang.
+            _wait(works)
         if step < size - 1:
             # Dropping the old block here keeps at most two K/V blocks alive.
             cur_k, cur_v = next_k, next_v
@@ -188,12 +192,16 @@ class _RingAttention(torch.autograd.Function):
             works: list[dist.Work] = []
             if step < size - 1:
                 (next_k, next_v), works = _post_ring_exchange([cur_k, cur_v], group)
-            if not _block_is_masked(causal, rank * rows, owner * rows):
-                dq, dk, dv = _block_backward(q, cur_k, cur_v, out, lse, grad_out, causal,
-                                             rank * rows, owner * rows)
-                grad_q += dq
-                grad_k = grad_k + dk
-                grad_v = grad_v + dv
+            try:
+                if not _block_is_masked(causal, rank * rows, owner * rows):
+                    dq, dk, dv = _block_backward(q, cur_k, cur_v, out, lse, grad_out, causal,
+                                                 rank * rows, owner * rows)
+                    grad_q += dq
+                    grad_k = grad_k + dk
+                    grad_v = grad_v + dv
+            except BaseException:
+                _wait(works)
+                raise
             # The accumulators follow their block: send them on to the next rank.
             (grad_k, grad_v), grad_works = _post_ring_exchange([grad_k, grad_v], group)
             _wait(works + grad_works)

@@ -9,8 +9,8 @@ mutate(globals(), "context_parallel", "cp", replace=[
      "            (next_k, next_v), works = _post_ring_exchange([cur_k, cur_v], group)\n"
      "        owner = (rank - step) % size",
      "        works: list[dist.Work] = []\n        owner = (rank - step) % size"),
-    ("        _wait(works)\n        if step < size - 1:\n            # Dropping",
-     "        if step < size - 1:\n"
+    ("            _wait(works)\n        if step < size - 1:\n            # Dropping",
+     "            _wait(works)\n        if step < size - 1:\n"
      "            (next_k, next_v), works = _post_ring_exchange([cur_k, cur_v], group)\n"
-     "        _wait(works)\n        if step < size - 1:\n            # Dropping"),
+     "            _wait(works)\n            # Dropping"),
 ])
