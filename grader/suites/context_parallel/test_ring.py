@@ -39,16 +39,14 @@ def _world(which: str) -> int:
     return LAUNCHES[which][0]
 
 
-def _value_test(which: str, name: str, hint: str):
-    def test(launch, impl):
-        got = values(run(launch, impl, which), name)
-        want = expected(which, name)
-        world = _world(which)
-        dtype = torch.float32 if "float32" in name else torch.float64
-        for r in range(world):
-            check(got[r]["out"], want["out"][r], f"{where(r, world)} ring_attention ({name}) out",
-                  dtype=dtype, tol=want["tol"], hint=hint)
-    return test
+def _judge_values(launch, impl, which: str, name: str, hint: str) -> None:
+    got = values(run(launch, impl, which), name)
+    want = expected(which, name)
+    world = _world(which)
+    dtype = torch.float32 if "float32" in name else torch.float64
+    for r in range(world):
+        check(got[r]["out"], want["out"][r], f"{where(r, world)} ring_attention ({name}) out",
+              dtype=dtype, tol=want["tol"], hint=hint)
 
 
 def _param(which: str, name: str, points: int, hint: str):
@@ -59,7 +57,7 @@ def _param(which: str, name: str, points: int, hint: str):
 @pytest.mark.parametrize(("which", "name", "hint"),
                          [_param(*c) for c in VALUE_CASES[:1]])
 def test_values_first(launch, impl, which, name, hint):
-    _value_test(which, name, hint)(launch, impl)
+    _judge_values(launch, impl, which, name, hint)
 
 
 @pytest.mark.points(2)
@@ -101,7 +99,7 @@ def test_messages_on_the_wire(launch, impl, which):
 @pytest.mark.parametrize(("which", "name", "hint"),
                          [_param(*c) for c in VALUE_CASES[1:]])
 def test_values(launch, impl, which, name, hint):
-    _value_test(which, name, hint)(launch, impl)
+    _judge_values(launch, impl, which, name, hint)
 
 
 @pytest.mark.points(1)
