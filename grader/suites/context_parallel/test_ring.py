@@ -56,7 +56,7 @@ def _param(which: str, name: str, points: int, hint: str):
 
 @pytest.mark.parametrize(("which", "name", "hint"),
                          [_param(*c) for c in VALUE_CASES[:1]])
-def test_values_first(launch, impl, which, name, hint):
+def test_ring_values_first(launch, impl, which, name, hint):
     _judge_values(launch, impl, which, name, hint)
 
 
@@ -98,7 +98,7 @@ def test_messages_on_the_wire(launch, impl, which):
 
 @pytest.mark.parametrize(("which", "name", "hint"),
                          [_param(*c) for c in VALUE_CASES[1:]])
-def test_values(launch, impl, which, name, hint):
+def test_ring_values(launch, impl, which, name, hint):
     _judge_values(launch, impl, which, name, hint)
 
 
