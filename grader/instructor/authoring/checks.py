@@ -74,7 +74,8 @@ def check_artefacts(assignment: Assignment, course: Course, root: Path) -> list[
             continue
         for path in item.paths(assignment):
             if not (root / path).is_file():
-                found.append(_error(f"{item.kind}: {path} is missing ({item.what})"))
+                what = item.what.replace("<id>", assignment.id)
+                found.append(_error(f"{item.kind}: {path} is missing ({what})"))
     if assignment.worksheet_points == 0:
         found.append(_warn("the manifest gives no worksheet_points: every assignment has a "
                            "10-point worksheet (../shared/ASSIGNMENT.md, item 8)"))
@@ -228,8 +229,9 @@ def check_course_map(assignment: Assignment, course: Course, root: Path) -> list
 
 
 def check_todos(assignment: Assignment, course: Course, root: Path) -> list[Finding]:
-    """No TODO left by `grader new` in any file of the assignment."""
-    found = []
+    """No TODO left by `grader new` in any file of the assignment, nor in its manifest entry."""
+    found = [_error(f"TODO assignments/course.toml:{number}: {_note(line)}")
+             for number, line in manifest_entry_lines(assignment, root) if TODO_MARKER in line]
     for path in files_of(assignment, root):
         try:
             lines = path.read_text(encoding="utf-8").splitlines()
@@ -237,8 +239,7 @@ def check_todos(assignment: Assignment, course: Course, root: Path) -> list[Find
             continue
         for number, line in enumerate(lines, start=1):
             if TODO_MARKER in line:
-                note = line.split(TODO_MARKER, 1)[1].strip(" :-\"',\\n")
-                found.append(_error(f"TODO {_rel(path, root)}:{number}: {note[:90]}"))
+                found.append(_error(f"TODO {_rel(path, root)}:{number}: {_note(line)}"))
     return found
 
 
@@ -254,6 +255,23 @@ CHECKS: tuple[tuple[str, Check], ...] = (
     ("course map", check_course_map),
     ("todo", check_todos),
 )
+
+
+def _note(line: str) -> str:
+    note = re.sub(r'(\\n)?",?\s*$', "", line.split(TODO_MARKER, 1)[1])  # a notebook's JSON
+    return note.strip(" :-\"'<>!").strip()[:90]
+
+
+def manifest_entry_lines(assignment: Assignment, root: Path) -> list[tuple[int, str]]:
+    """(line number, line) of the assignment's `[[assignment]]` table in course.toml."""
+    path = root / "assignments" / "course.toml"
+    lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
+    starts = [i for i, line in enumerate(lines) if line.strip() == "[[assignment]]"]
+    own = re.compile(rf"^id\s*=\s*[\"']{re.escape(assignment.id)}[\"']\s*(#.*)?$")
+    for begin, end in zip(starts, starts[1:] + [len(lines)]):
+        if any(own.match(line.strip()) for line in lines[begin:end]):
+            return [(i + 1, lines[i]) for i in range(begin, end)]
+    return []
 
 
 def _top_level_names(path: Path) -> set[str] | None:
