@@ -182,3 +182,57 @@ def test_new_keeps_existing_files_and_needs_a_title_for_an_unknown_id(tmp_path, 
     assert "kept  assignments/demo_y/demo_y.py (exists)" in capsys.readouterr().out
     readme = (root / "README.md").read_text()
     assert "[`demo_y`](assignments/demo_y/README.md): Y" in readme
+
+
+# ---- released contracts ---------------------------------------------------------------------
+
+def test_a_changed_contract_needs_a_dated_changelog_entry(tmp_path):
+    from datetime import date
+
+    from grader.instructor.authoring.fingerprint import record_release
+
+    root = copy_assignment(SAMPLE, tmp_path)
+    assignment = COURSE.get(SAMPLE)
+    released = date(2026, 11, 20)
+    assert SAMPLE in record_release(COURSE, root, released)
+    assert record_release(COURSE, root, date(2026, 11, 21)) == []  # nothing changed: kept
+    assert diagnose(assignment, COURSE, root)["contract"] == []
+
+    stub = root / "assignments" / SAMPLE / "ring.py"
+    text = stub.read_text()
+    quotes = text.index('"""', text.index("def ring_shift(")) + 3
+    stub.write_text(text[:quotes] + "Tightened. " + text[quotes:])  # ring_shift's docstring
+    errors = errors_of(diagnose(assignment, COURSE, root))
+    assert any("contract changed since the release of 2026-11-20 (stub docstrings)" in e
+               and "## Changelog" in e for e in errors), errors
+
+    readme = root / "assignments" / SAMPLE / "README.md"
+    readme.write_text(readme.read_text() + "\n## Changelog\n\n- 2026-11-19: an older note.\n")
+    assert any("no changelog entry" in e for e in errors_of(diagnose(assignment, COURSE, root)))
+    readme.write_text(readme.read_text() + "- 2026-11-22: the docstring of ring_shift says "
+                      "more.\n")
+    report = diagnose(assignment, COURSE, root)
+    assert [f.level for f in report["contract"]] == [WARN]
+    assert record_release(COURSE, root, date(2026, 11, 23)) == [SAMPLE]
+    assert diagnose(assignment, COURSE, root)["contract"] == []
+
+
+def test_the_grading_table_and_the_api_are_part_of_the_contract(tmp_path):
+    from datetime import date
+
+    from grader.instructor.authoring.fingerprint import grading_table, record_release
+
+    readme_text = "# A\n## 7. Grading\n\ntext\n| a | 1 |\n|---|---|\n## 8. Pitfalls\n| no |\n"
+    assert grading_table(readme_text) == ["| a | 1 |", "|---|---|"]
+    root = copy_assignment(SAMPLE, tmp_path)
+    assignment = COURSE.get(SAMPLE)
+    record_release(COURSE, root, date(2026, 11, 20))
+    readme = root / "assignments" / SAMPLE / "README.md"
+    rows = grading_table(readme.read_text())
+    assert rows, "the sample README has a grading table"
+    readme.write_text(readme.read_text().replace(rows[-1], rows[-1].replace("|", "| x", 1), 1))
+    stub = root / "assignments" / SAMPLE / "ring.py"
+    stub.write_text(stub.read_text().replace("def ring_shift(", "def ring_shift2(", 1))
+    errors = errors_of(diagnose(assignment, COURSE, root))
+    assert any("(stub names/signatures, stub docstrings, README grading table)" in e
+               for e in errors), errors

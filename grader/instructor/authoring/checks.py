@@ -243,6 +243,13 @@ def check_todos(assignment: Assignment, course: Course, root: Path) -> list[Find
     return found
 
 
+def check_contract(assignment: Assignment, course: Course, root: Path) -> list[Finding]:
+    """The released contract has not changed without a dated changelog entry."""
+    from grader.instructor.authoring.fingerprint import contract_findings
+
+    return [Finding(level, message) for level, message in contract_findings(assignment, root)]
+
+
 CHECKS: tuple[tuple[str, Check], ...] = (
     ("artefacts", check_artefacts),
     ("readme", check_readme),
@@ -253,6 +260,7 @@ CHECKS: tuple[tuple[str, Check], ...] = (
     ("bench", check_bench),
     ("signatures", check_signatures),
     ("course map", check_course_map),
+    ("contract", check_contract),
     ("todo", check_todos),
 )
 

@@ -77,6 +77,10 @@ python -m grader bench $id                           # the benchmark
 ## 8. Further reading
 
 - {T}: papers, and the systems that do this in production.
+
+## Changelog
+
+Changes to the contract after a release, newest last (`- YYYY-MM-DD: what changed`).
 """)
 
 STUB = Template(f'''"""$title: what students write in `$module.py`.
