@@ -19,7 +19,7 @@ import torch
 from grader.compare import assert_close
 from grader.suites.ring_allreduce._ranks import GAP_FILL, run_cases
 from harness import P2P_APIS, CommRecord, Forbid, LaunchResult, NotImplementedInRank
-from harness.cases import Memo, case_values
+from harness.cases import Memo, case_values, where
 from harness.commlog import windows
 
 TIMEOUT_S = 60.0
@@ -136,10 +136,6 @@ def gather_case(gen: torch.Generator, label: str, shape: Sequence[int], dtype: t
 
 
 # ---- judging --------------------------------------------------------------------------------
-
-def where(rank: int, world_size: int) -> str:
-    return f"[rank {rank} of {world_size}]"
-
 
 def check_case(case: Case, values: Sequence[Any], world_size: int) -> None:
     """Raise AssertionError (first line: what, where, the likely fix) if a case is wrong."""
