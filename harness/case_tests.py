@@ -5,11 +5,11 @@ whose tests each judge some of those cases then needs the same two things every 
 module-scoped fixture that makes the launch once, and tests that judge chosen cases. This
 module makes both, so a suite never writes them again:
 
-    SOFTMAX = CaseTests(run=lambda launch: run(launch, CASES),
-                        judge=lambda results, key, **kw: check(CASES[key], results[key], **kw),
-                        exercises=lambda keys: ["softmax"])
-    case_runs = SOFTMAX.fixture                  # the launch, once per module
-    test_width_200 = SOFTMAX.test(2, "w200")     # worth 2 points: judges case "w200"
+    SCALE = CaseTests(run=lambda launch: run(launch, CASES),
+                      judge=lambda results, key, **kw: check(CASES[key], results[key], **kw),
+                      exercises=lambda keys: ["scale"])
+    case_runs = SCALE.fixture                    # the launch, once per module
+    test_scale_by_two = SCALE.test(2, "by_two")  # worth 2 points: judges case "by_two"
 
 - `run(launch)` makes the launch (with the session's `launch` fixture) and returns whatever
   the judge reads: the fixture's value, computed once per module and implementation.
