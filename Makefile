@@ -4,9 +4,10 @@ ARGS   ?=
 
 .PHONY: test grade selfcheck lint bench release gpu-check
 
-## make test: lint (ruff, mypy; seconds), the project's own tests (harness, grader), then the
-## selfcheck of every assignment.
+## make test: lint (ruff, mypy; seconds), the doctor of every assignment (files only; seconds),
+## the project's own tests (harness, grader), then the selfcheck of every assignment.
 test: lint
+	$(PY) -m grader doctor --quiet
 	$(PY) -m pytest -n 2 harness/tests grader/tests --ignore=grader/tests/test_adversarial.py
 	@# The attacks run after the rest, two at a time: a fork bomb is bounded per launch (its
 	@# control group's pids.max, or the process limit of its rank's own user), not per machine.

@@ -37,8 +37,10 @@ rebuild. Every rank must run the same cases in the same order; a case may opt ou
 meeting (`RankCase(meet=False)`), e.g. consecutive cases on disjoint subgroups that should run
 at the same time.
 
-Also here: `plain(value)` (anything to plain data for the trip back) and `Memo` (one launch per
-key, its result or its error remembered).
+Also here: `plain(value)` (anything to plain data for the trip back), `Memo` (one launch per
+key, its result or its error remembered) and `where(rank, world_size)` (the `[rank r of n]`
+prefix of a message). The test-side factory of one-line tests over a shared launch is
+`harness.case_tests`.
 """
 
 from __future__ import annotations
@@ -56,7 +58,8 @@ from typing import Any, TypeVar
 from harness import calltrace
 from harness.errors import NotImplementedInRank, RankFailure, RankTimeout
 
-__all__ = ["Memo", "RankCase", "capture", "case_value", "case_values", "plain", "run_cases"]
+__all__ = ["Memo", "RankCase", "capture", "case_value", "case_values", "plain", "run_cases",
+           "where"]
 
 SYNC_TIMEOUT_S = 20.0
 ABORT_AFTER_S = 2.0
@@ -313,6 +316,11 @@ def _after_meeting(m: _Meeting, key: str, pending: tuple[str, BaseException] | N
 
 
 # ---- parent side ------------------------------------------------------------------------------
+
+def where(rank: int, world_size: int, unit: str = "rank") -> str:
+    """`[rank 2 of 4]`: where a message's finding is (`unit="stage"` for pipeline stages)."""
+    return f"[{unit} {rank} of {world_size}]"
+
 
 def _where(rank: int | None, world_size: int | None) -> str:
     if rank is None:

@@ -166,6 +166,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(default: the repository variable HIDDEN_SUITES_REPO)")
     parser.add_argument("--self-study", action="store_true",
                         help="ship the hidden suites too: the workflows grade without a secret")
+    parser.add_argument("--no-record", action="store_true",
+                        help="do not record the assignments' contract fingerprints "
+                        "(grader/instructor/released_contracts.json; tests and rehearsals)")
     parser.set_defaults(handler=_command)
 
 
@@ -191,4 +194,12 @@ def _command(args: argparse.Namespace, course: Course) -> int:
             print(f"  - {leak}", file=sys.stderr)
         return 1
     print("leak check: no solution body, mutant, or hidden test name or source found")
+    if not args.no_record:
+        from datetime import datetime, timezone
+
+        from grader.instructor.authoring.fingerprint import RECORD, record_release
+
+        changed = record_release(course, args.root, datetime.now(timezone.utc).date())
+        print(f"contracts recorded in {RECORD.as_posix()} (commit it): {', '.join(changed)}"
+              if changed else "contracts: none changed since the last release")
     return 0

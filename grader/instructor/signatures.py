@@ -216,3 +216,37 @@ def _annotation(node: ast.expr | None) -> str:
         except SyntaxError:
             return node.value
     return ast.unparse(node)
+
+
+def without_annotations(source: str) -> str:
+    """The module source with the annotations of every function's parameters and return
+    dropped (dataclass fields keep theirs): how an implementation written without type hints
+    is compared with the stub."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            node.returns = None
+            arguments = node.args
+            for arg in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs,
+                        arguments.vararg, arguments.kwarg):
+                if arg is not None:
+                    arg.annotation = None
+    return ast.unparse(tree)
+
+
+def missing_from(stub: Path, other: Path) -> list[str]:
+    """What `other` (an independent implementation) lacks of the stub's public API: each stub
+    name it does not define, or defines with other parameters (names, kinds, defaults; type
+    hints aside). Names only `other` defines are its own business. Problems as messages."""
+    apis = []
+    for path in (stub, other):
+        if not path.is_file():
+            return [f"{path} is missing"]
+        try:
+            apis.append(public_api(without_annotations(path.read_text(encoding="utf-8")),
+                                   str(path)))
+        except SyntaxError as exc:
+            return [f"cannot parse {path} line {exc.lineno}: {exc.msg}"]
+    ours, theirs = apis
+    return [str(Difference(name, ours[name], theirs.get(name)))
+            for name in sorted(ours) if ours[name] != theirs.get(name)]

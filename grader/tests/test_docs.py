@@ -105,3 +105,55 @@ def test_every_relative_link_resolves(doc: Path):
                 path.read_text(encoding="utf-8")):
             broken.append(f"{where} (no heading with that anchor)")
     assert not broken, "broken links:\n  " + "\n  ".join(broken)
+
+
+# ---- paths written in code spans --------------------------------------------------------------
+
+PATH_DOCS = ["README.md", "docs/*.md"]
+_CODE_SPAN = re.compile(r"(`+)(.+?)\1")
+_PLACEHOLDER = re.compile(r"[<>{}$]|\.\.\.")
+# Folders the tools write (gitignored): a path under them names an output, not a file here.
+OUTPUT_FOLDERS = {"grading", "release", "build", "dist"}
+
+
+def code_span_paths(text: str) -> list[tuple[int, str]]:
+    """(line number, path) of every code span outside fenced blocks that names a path of this
+    repository: it has a `/`, no space, and starts with one of the repository's top-level
+    folders (`grader/`, `docs/`, ...). A `:line` or `#anchor` tail is dropped; spans with
+    placeholders (`<id>`, `{x}`, `...`) are not paths of the tree and are left out."""
+    tops = {p.name for p in REPO_ROOT.iterdir() if p.is_dir() and not p.name.startswith(".")
+            } - OUTPUT_FOLDERS
+    found = []
+    fenced = None
+    for number, line in enumerate(text.splitlines(), start=1):
+        fence = _FENCE.match(line)
+        if fence:
+            fenced = fence.group(1) if fenced is None else (None if fence.group(1) == fenced
+                                                            else fenced)
+            continue
+        if fenced is not None:
+            continue
+        for match in _CODE_SPAN.finditer(line):
+            span = match.group(2).strip()
+            if " " in span or "/" not in span or _PLACEHOLDER.search(span):
+                continue
+            path = span.split(":")[0].split("#")[0]
+            if path.split("/")[0] in tops:
+                found.append((number, path))
+    return found
+
+
+def test_code_span_paths_are_found():
+    text = ("see `grader/cli.py:12`, `harness/`, `grading/results.json`, `grader/suites/<id>/`\n"
+            "```\n`grader/nothing.py`\n```\n`python -m grader`\n")
+    assert code_span_paths(text) == [(1, "grader/cli.py"), (1, "harness/")]
+
+
+@pytest.mark.parametrize("doc", sorted({p for g in PATH_DOCS for p in REPO_ROOT.glob(g)}),
+                         ids=lambda p: p.relative_to(REPO_ROOT).as_posix())
+def test_every_path_in_a_code_span_exists(doc: Path):
+    stale = [f"{doc.relative_to(REPO_ROOT)}:{number}: {path}"
+             for number, path in code_span_paths(doc.read_text(encoding="utf-8"))
+             if not (any(REPO_ROOT.glob(path)) if "*" in path else (REPO_ROOT / path).exists())]
+    assert not stale, "paths in code spans that do not exist (fix the doc):\n  " + \
+        "\n  ".join(stale)

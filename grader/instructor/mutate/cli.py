@@ -31,7 +31,12 @@ from grader.instructor.mutate.runner import (
     run_mutants,
     spread,
 )
-from grader.instructor.mutate.summary import source_hash, summary_path, write_summary
+from grader.instructor.mutate.summary import (
+    source_hash,
+    suite_hash,
+    summary_path,
+    write_summary,
+)
 from grader.manifest import Assignment, Course
 from grader.runner import suite_paths
 
@@ -158,4 +163,5 @@ def mutation_run(engine: Engine, assignment: Assignment, generation: Generation,
         assignment=assignment.id, results=tuple(results), sources=generation.sources,
         solution_sha256=source_hash(assignment, root), wall_s=time.perf_counter() - started,
         skipped=len(to_run) - len(chosen), stale_equivalents=stale,
+        suite_sha256=suite_hash(assignment, root),
     )

@@ -32,6 +32,7 @@ class Summary:
     counts: dict[str, int]
     survivors: tuple[str, ...] = ()
     wall_s: float = 0.0
+    suite_sha256: str = ""  # "" in a summary written before suites were hashed
 
     def __post_init__(self) -> None:
         missing = [k for k in COUNT_KEYS if not isinstance(self.counts.get(k), int)]
@@ -49,6 +50,7 @@ class Summary:
             "score": None if self.score is None else round(self.score, 4),
             "counts": {k: self.counts[k] for k in COUNT_KEYS},
             "survivors": list(self.survivors), "wall_s": round(self.wall_s, 1),
+            "suite_sha256": self.suite_sha256,
         }
 
     @classmethod
@@ -62,6 +64,7 @@ class Summary:
                 counts={k: int(data["counts"][k]) for k in COUNT_KEYS},
                 survivors=tuple(str(s) for s in data.get("survivors", [])),
                 wall_s=float(data.get("wall_s", 0.0)),
+                suite_sha256=str(data.get("suite_sha256", "")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"mutation summary is malformed: {exc!r}") from exc
@@ -80,6 +83,39 @@ def source_hash(assignment: Assignment, root: Path) -> str:
         digest.update(path.read_bytes() if path.is_file() else b"<missing>")
         digest.update(b"\0")
     return digest.hexdigest()
+
+
+def suite_hash(assignment: Assignment, root: Path, suites: Path | None = None) -> str:
+    """sha256 over the tests that grade the assignment: `assignments/<id>/test_public.py` and
+    every `.py` file of its hidden suite folder, relative names and bytes, in name order."""
+    from grader.runner import hidden_root
+
+    digest = hashlib.sha256()
+    public = root / "assignments" / assignment.id / "test_public.py"
+    hidden = hidden_root(root, suites) / assignment.id
+    files = [("test_public.py", public)] if public.is_file() else []
+    if hidden.is_dir():
+        files += sorted((f"suite/{p.relative_to(hidden).as_posix()}", p)
+                        for p in hidden.rglob("*.py") if "__pycache__" not in p.parts)
+    for name, path in files:
+        digest.update(f"{name}\0".encode())
+        digest.update(path.read_bytes())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def suite_staleness(assignment: Assignment, root: Path) -> str:
+    """Why the committed score may no longer describe the suites ("" when it does, or when
+    there is no summary): a warning, since the score only moves when a rerun says so."""
+    summary = load_summary(assignment.id, root)
+    if summary is None:
+        return ""
+    rerun = f"rerun `python -m grader mutate {assignment.id}`"
+    if not summary.suite_sha256:
+        return f"stale: the summary records no suite hash; {rerun}"
+    if summary.suite_sha256 != suite_hash(assignment, root):
+        return f"stale: the suites changed since the mutation run; {rerun}"
+    return ""
 
 
 def write_summary(summary: Summary, root: Path) -> Path:

@@ -406,10 +406,6 @@ def pure(launch: Callable[..., Any], impl: str) -> Launch:
 
 
 # -- messages ----------------------------------------------------------------------------------
-def where(rank: int, world_size: int) -> str:
-    return f"[rank {rank} of {world_size}]"
-
-
 def allreduces(records: Sequence[Any]) -> list[Any]:
     return [r for r in records if r.kind == "allreduce"]
 

@@ -24,9 +24,9 @@ from grader.suites.ddp._common import (
     pure,
     random_layout_specs,
     state_bytes,
-    where,
     wrapper4,
 )
+from harness.cases import where
 
 pytestmark = pytest.mark.exercises("DistributedDataParallel")
 

@@ -18,9 +18,9 @@ from grader.suites.ddp._common import (
     grad_tol,
     local_grads,
     pack,
-    where,
     wrapper4,
 )
+from harness.cases import where
 
 pytestmark = pytest.mark.exercises("DistributedDataParallel")
 

@@ -21,12 +21,12 @@ from grader.suites.ddp._common import (
     local_grads,
     reference_train,
     training_tol,
-    where,
     wrapper2,
     wrapper4,
 )
 from grader.suites.ddp._common import pure as pure_launch
 from grader.suites.ddp._ranks import build_model
+from harness.cases import where
 
 pytestmark = pytest.mark.exercises("DistributedDataParallel")
 

@@ -17,9 +17,9 @@ from grader.suites.ddp._common import (
     local_grads,
     pack_with_bytes,
     pure,
-    where,
     wrapper2,
 )
+from harness.cases import where
 
 pytestmark = pytest.mark.exercises("DistributedDataParallel", "bf16_compress_hook")
 

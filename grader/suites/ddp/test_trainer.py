@@ -30,12 +30,12 @@ from grader.suites.ddp._common import (
     reference_train,
     training_tol,
     two_groups,
-    where,
 )
 from grader.suites.ddp._common import pure as pure_launch
 from grader.suites.ddp._common import trainer3 as trainer_launch
 from grader.suites.ddp._common import wrapper2 as wrapper_launch
 from grader.suites.ddp._ranks import build_model, loss_fn
+from harness.cases import where
 
 
 @pytest.fixture(scope="module")

@@ -17,10 +17,9 @@ from grader.suites.ddp._common import (
     FIND_UNUSED,
     grad_tol,
     local_grads,
-    where,
     wrapper2,
 )
-from harness.cases import case_value
+from harness.cases import case_value, where
 
 pytestmark = pytest.mark.exercises("DistributedDataParallel")
 

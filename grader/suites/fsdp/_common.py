@@ -253,10 +253,6 @@ def flat_of(params: dict[str, torch.Tensor], world_size: int, block: int) -> tor
     return torch.cat([flat, flat.new_zeros(world_size * shard - flat.numel())])
 
 
-def where(rank: int, world_size: int) -> str:
-    return f"[rank {rank} of {world_size}]"
-
-
 def z3_case(launch: Any, impl: Any, name: str) -> tuple[Any, list[dict], dict]:
     """(launch result, the case's value per rank, the reference); raises the case's error (not
     implemented, a crash) in the test that reads it."""

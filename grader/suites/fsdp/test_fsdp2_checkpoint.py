@@ -14,7 +14,7 @@ import torch
 
 from grader.compare import assert_close, steps_bound
 from grader.suites.fsdp._checkpoint import STEPS, case2, case4, ckpt4, joined
-from grader.suites.fsdp._common import where
+from harness.cases import where
 
 RESUME_TOL = steps_bound(torch.float32, steps=2, depth_per_step=256).scaled(8)
 FINAL_TOL = steps_bound(torch.float32, steps=STEPS, depth_per_step=256).scaled(8)

@@ -22,9 +22,8 @@ from grader.suites.fsdp._common import (
     f2_data,
     f2_reference,
     per_rank,
-    where,
 )
-from harness.cases import case_value, run_cases
+from harness.cases import case_value, run_cases, where
 
 WORLD = 4
 UNITS = F2_BLOCKS + 1  # every block, then the root (embed + head)

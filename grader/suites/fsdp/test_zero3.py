@@ -20,9 +20,9 @@ from grader.suites.fsdp._common import (
     Z3_STEPS,
     Z3_WORLD,
     flat_of,
-    where,
     z3_case,
 )
+from harness.cases import where
 
 pytestmark = pytest.mark.exercises("Zero3")
 

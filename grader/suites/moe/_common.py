@@ -19,11 +19,11 @@ import torch
 import torch.nn.functional as F
 
 from grader.compare import assert_close
-from grader.seeds import seeded_generator
+from grader.suites.moe import _units
+from grader.suites.moe._ref import DTYPE, dense_keep, dense_route, randn
 from harness import CommRecord
 from harness.cases import Memo, case_values, run_cases
 
-DTYPE = torch.float64
 BACKEND = "gloo"  # CPU tensors everywhere: gloo even where a GPU would let "auto" pick NCCL
 TIMEOUT_S = 90.0
 # Every distributed case runs on its own group of all ranks with this collective timeout: a rank
@@ -36,40 +36,7 @@ NOT_COMMUNICATION = frozenset({"mark"})
 INTEGER_DTYPES = frozenset({"torch.int64", "torch.int32"})
 
 
-def randn(seed: int, *shape: int, scale: float = 1.0) -> torch.Tensor:
-    return torch.randn(*shape, generator=seeded_generator(seed), dtype=DTYPE) * scale
-
-
-def where(rank: int, world: int) -> str:
-    return f"[rank {rank} of {world}]"
-
-
-# ---- parent: the dense references -------------------------------------------------------------
-
-def dense_route(logits: torch.Tensor, k: int) -> dict[str, torch.Tensor]:
-    """Softmax over all experts, top-k, renormalised over the k (the documented routing)."""
-    probs = torch.softmax(logits, dim=-1)
-    top, experts = torch.topk(probs, k, dim=-1)
-    return {"probs": probs, "experts": experts, "weights": top / top.sum(-1, keepdim=True)}
-
-
-def dense_keep(experts: torch.Tensor, num_experts: int, capacity: int | None,
-               token_major: bool = False) -> torch.Tensor:
-    """The documented drop order as a loop: choice column by choice column, tokens in order;
-    `token_major` walks token by token instead (a wrong order, for diagnostics)."""
-    tokens, k = experts.shape
-    keep = torch.ones(tokens, k, dtype=torch.bool)
-    if capacity is None:
-        return keep
-    used = [0] * num_experts
-    order = ([(t, j) for t in range(tokens) for j in range(k)] if token_major else
-             [(t, j) for j in range(k) for t in range(tokens)])
-    for t, j in order:
-        e = int(experts[t, j])
-        keep[t, j] = used[e] < capacity
-        used[e] += 1
-    return keep
-
+# ---- parent: the dense references (the single-process ones live in _ref.py) --------------
 
 def capacity_of(tokens: int, k: int, cf: float | None) -> int | None:
     return None if cf is None else math.ceil(k * tokens * cf / EXPERTS)
@@ -402,8 +369,6 @@ def rank_all(ctx, cases: dict[str, dict]) -> dict:
 
 def unit_cases() -> dict[str, dict]:
     """The single-process functions' cases (run in the 2-rank launch, read from rank 0)."""
-    from grader.suites.moe import _units
-
     return _units.cases()
 
 

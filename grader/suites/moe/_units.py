@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from grader.seeds import seeded_generator
-from grader.suites.moe._common import DTYPE, dense_keep, dense_route, randn
+from grader.suites.moe._ref import DTYPE, dense_keep, dense_route, randn
 
 ROUTE = {"k=1": (1, 400, 2.0), "k=2": (2, 410, 2.0), "k=3-large_logits": (3, 420, 50.0),
          "k=6-every_expert": (6, 425, 2.0)}

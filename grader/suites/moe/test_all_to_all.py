@@ -11,7 +11,8 @@ from __future__ import annotations
 import pytest
 
 from grader.compare import assert_close
-from grader.suites.moe._common import describe, run, values, where
+from grader.suites.moe._common import describe, run, values
+from harness.cases import where
 from harness.commlog import windows
 
 pytestmark = pytest.mark.exercises("all_to_all_tokens")

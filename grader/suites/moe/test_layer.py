@@ -18,9 +18,9 @@ from grader.suites.moe._common import (
     layer_name,
     run,
     values,
-    where,
 )
 from harness import NotImplementedInRank, RankFailure
+from harness.cases import where
 
 pytestmark = pytest.mark.exercises("MoELayer")
 

@@ -23,8 +23,8 @@ from grader.suites.moe._common import (
     layer_name,
     run,
     values,
-    where,
 )
+from harness.cases import where
 from harness.commlog import windows
 
 pytestmark = pytest.mark.exercises("MoELayer")

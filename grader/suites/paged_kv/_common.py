@@ -5,9 +5,9 @@ A *job* is a config (`{"name", "num_blocks", "block_size"[, "prefix"]}`) and the
 sequences to run on fresh allocators of it (see `_ranks.py` for the operations and what a
 trace records). `run_jobs` sends every job of a test module to one rank in one launch; each job
 keeps its own error scope there, so a stubbed PrefixCachingAllocator fails only its own jobs.
-`JobRuns.judge(name)` judges one job's traces with `_model.judge_all`. `JobTests` makes a
-module's launch fixture and its graded tests, one line per test ("job `name` is worth
-`points`").
+`JobRuns.judge(name)` judges one job's traces with `_model.judge_all`. `job_tests` makes a
+module's launch fixture and its graded tests with the harness's `CaseTests`, one line per test
+("job `name` is worth `points`").
 """
 
 from __future__ import annotations
@@ -16,10 +16,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import pytest
-
 from grader.suites.paged_kv._model import judge_all
 from grader.suites.paged_kv._ranks import job_traces, rank_run_ops
+from harness.case_tests import CaseTests
 
 Job = tuple[dict[str, Any], list[list[tuple]]]  # (config, operation sequences)
 
@@ -47,37 +46,20 @@ def run_jobs(launch: Callable[..., Any], jobs: Mapping[str, Job],
     return JobRuns(jobs, dict(zip(jobs, outcomes, strict=True)))
 
 
-class JobTests:
-    """The launch and the graded tests of a module whose tests each judge one job.
+def job_tests(jobs: Mapping[str, Job], timeout: float = 60.0) -> CaseTests[JobRuns]:
+    """The launch and the graded tests of a module whose tests each judge jobs
+    (`harness.case_tests.CaseTests`):
 
-        ALLOCATOR = JobTests({"boundary": (BOUNDARY, [BOUNDARY_OPS]), ...})
-        runs = ALLOCATOR.runs                  # the module's launch: a JobRuns
+        ALLOCATOR = job_tests({"boundary": (BOUNDARY, [BOUNDARY_OPS]), ...})
+        case_runs = ALLOCATOR.fixture            # the module's launch: a JobRuns
         test_boundary = ALLOCATOR.test(3, "boundary")
 
-    `runs` is the module-scoped fixture (assign it to the module-level name `runs`);
-    `test(points, *names)` is a test worth `points` that passes when each job of `names` matches
-    the reference model, and exercises the classes their configs name (PrefixCachingAllocator
-    when `prefix` is set, else BlockAllocator); pytest collects it under the name it is
-    assigned to.
+    A test passes when each job it names matches the reference model, and exercises the
+    classes their configs name (PrefixCachingAllocator when `prefix` is set, else
+    BlockAllocator).
     """
-
-    def __init__(self, jobs: Mapping[str, Job], timeout: float = 60.0) -> None:
-        self.jobs = jobs
-
-        @pytest.fixture(scope="module", name="runs")
-        def runs(launch: Callable[..., Any]) -> JobRuns:
-            return run_jobs(launch, jobs, timeout)
-
-        self.runs = runs
-
-    def test(self, points: int, *names: str) -> Callable[[JobRuns], None]:
-        exercised = sorted({"PrefixCachingAllocator" if self.jobs[name][0].get("prefix")
-                            else "BlockAllocator" for name in names})
-
-        @pytest.mark.exercises(*exercised)
-        @pytest.mark.points(points)
-        def test(runs: JobRuns) -> None:
-            for name in names:
-                runs.judge(name)
-
-        return test
+    return CaseTests(
+        run=lambda launch: run_jobs(launch, jobs, timeout),
+        judge=lambda runs, name: runs.judge(name),
+        exercises=lambda names: ["PrefixCachingAllocator" if jobs[name][0].get("prefix")
+                                 else "BlockAllocator" for name in names])

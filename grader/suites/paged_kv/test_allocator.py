@@ -9,7 +9,7 @@ then the exact tables, lengths, copies and slots.
 
 from __future__ import annotations
 
-from grader.suites.paged_kv._common import JobTests
+from grader.suites.paged_kv._common import job_tests
 
 BOUNDARY = {"name": "boundary", "num_blocks": 8, "block_size": 4}
 BOUNDARY_OPS = [
@@ -66,8 +66,8 @@ JOBS = {"boundary": (BOUNDARY, [BOUNDARY_OPS]), "errors": (ERRORS, [ERRORS_OPS])
         "one_block_of_one_slot": (ONE_SLOT, [ONE_SLOT_OPS])}
 
 
-ALLOCATOR = JobTests(JOBS)
-runs = ALLOCATOR.runs
+ALLOCATOR = job_tests(JOBS)
+case_runs = ALLOCATOR.fixture
 
 test_new_block_exactly_when_the_last_is_full = ALLOCATOR.test(3, "boundary")
 test_errors_for_unknown_and_existing_ids_and_negative_counts = ALLOCATOR.test(2, "errors")

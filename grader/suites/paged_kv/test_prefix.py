@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from grader.suites.paged_kv._common import JobTests
+from grader.suites.paged_kv._common import job_tests
 
 
 def chunk(i: int, block_size: int) -> list[int]:
@@ -76,8 +76,8 @@ JOBS = {"hits": (HITS, [HITS_OPS]), "partial": (PARTIAL, [PARTIAL_OPS]),
         "lru": (LRU, [LRU_OPS])}
 
 
-PREFIX = JobTests(JOBS)
-runs = PREFIX.runs
+PREFIX = job_tests(JOBS)
+case_runs = PREFIX.fixture
 
 test_hits_only_on_whole_matching_prefixes = PREFIX.test(4, "hits")
 test_partial_blocks_are_not_reused_and_one_token_is_left = PREFIX.test(3, "partial")

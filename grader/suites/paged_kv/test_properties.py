@@ -11,7 +11,7 @@ lengths, copies, cached-token counts and eviction choices.
 
 from __future__ import annotations
 
-from grader.suites.paged_kv._common import JobTests
+from grader.suites.paged_kv._common import job_tests
 from grader.suites.paged_kv._gen import draw_sequences
 
 EXAMPLES = 30
@@ -29,9 +29,9 @@ CONFIGS = {
 
 
 # Drawn when the module is collected (about a second): the sequences are the jobs' data.
-PROPERTIES = JobTests({name: (config, draw_sequences(config, EXAMPLES))
+PROPERTIES = job_tests({name: (config, draw_sequences(config, EXAMPLES))
                        for name, config in CONFIGS.items()}, timeout=120)
-runs = PROPERTIES.runs
+case_runs = PROPERTIES.fixture
 
 test_random_sequences_block_size_one = PROPERTIES.test(4, "tokens_are_blocks")
 test_random_sequences_with_forks_and_copy_on_write = PROPERTIES.test(4, "forks")

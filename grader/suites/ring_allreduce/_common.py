@@ -17,9 +17,9 @@ from typing import Any
 import torch
 
 from grader.compare import assert_close
-from grader.suites.ring_allreduce._ranks import GAP_FILL, run_cases
+from grader.suites.ring_allreduce._ranks import GAP_FILL, rank_cases
 from harness import P2P_APIS, CommRecord, Forbid, LaunchResult, NotImplementedInRank
-from harness.cases import Memo, case_values
+from harness.cases import Memo, case_values, where
 from harness.commlog import windows
 
 TIMEOUT_S = 60.0
@@ -105,10 +105,10 @@ def rank_args(cases: Sequence[Case], world_size: int) -> list[tuple[list[dict[st
 def launch_cases(launch: Callable[..., LaunchResult], cases: Sequence[Case], world_size: int, *,
                  groups: Sequence[tuple[int, ...]] = (), forbid: Forbid = P2P_ONLY,
                  timeout: float = TIMEOUT_S) -> LaunchResult:
-    """Every case in one launch of `world_size` ranks (`_ranks.run_cases`), each in its own
+    """Every case in one launch of `world_size` ranks (`_ranks.rank_cases`), each in its own
     error scope and log window ("case <i>"); `groups` are the subgroups the cases use, created
     on every rank before the first case. The traffic goes through the sidecars (`TRANSPORT`)."""
-    return launch(run_cases, world_size, args=(list(groups),),
+    return launch(rank_cases, world_size, args=(list(groups),),
                   rank_args=rank_args(cases, world_size), forbid=forbid, transport=TRANSPORT,
                   timeout=timeout)
 
@@ -136,10 +136,6 @@ def gather_case(gen: torch.Generator, label: str, shape: Sequence[int], dtype: t
 
 
 # ---- judging --------------------------------------------------------------------------------
-
-def where(rank: int, world_size: int) -> str:
-    return f"[rank {rank} of {world_size}]"
-
 
 def check_case(case: Case, values: Sequence[Any], world_size: int) -> None:
     """Raise AssertionError (first line: what, where, the likely fix) if a case is wrong."""
@@ -224,7 +220,7 @@ def case_results(cases: Sequence[Case], rank_outcomes: Sequence[Any], world_size
                  kind: str | None = None) -> dict[int, list[Any]]:
     """{case index: every rank's value} for the cases of `kind` (every case if None).
 
-    `rank_outcomes[r]` is what rank r's `_ranks.run_cases` returned. A case that raised (on
+    `rank_outcomes[r]` is what rank r's `_ranks.rank_cases` returned. A case that raised (on
     any rank) raises here: a stub as "not implemented" (before anything else, so a test of a
     stubbed function never reports values or cost), any other error as an AssertionError naming
     the call, with the likely fix first where the raw error does not say it.

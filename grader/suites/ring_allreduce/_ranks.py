@@ -47,8 +47,8 @@ def _call(ring: Any, case: dict[str, Any], tensor: torch.Tensor, group: Any) -> 
     raise ValueError(f"unknown call {call!r}")
 
 
-def run_cases(ctx, group_list: list[tuple[int, ...]], cases: list[dict[str, Any]]
-              ) -> dict[str, dict[str, Any]]:
+def rank_cases(ctx, group_list: list[tuple[int, ...]], cases: list[dict[str, Any]]
+               ) -> dict[str, dict[str, Any]]:
     """Run every case in its own error scope (`harness.cases.run_cases`), named "case <i>".
 
     A case's value is None on ranks outside its group, else `out` (what the call returned),

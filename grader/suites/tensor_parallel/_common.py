@@ -112,10 +112,6 @@ def shard(t: torch.Tensor | None, rank: int, world: int, dim: int = -1) -> torch
 
 # ---- parent: reading what the ranks returned ---------------------------------------------------
 
-def where(rank: int, world: int) -> str:
-    return f"[rank {rank} of {world}]"
-
-
 def check(actual: Any, expected: torch.Tensor | None, what: str, hint: str = "") -> None:
     """`assert_close` with the hint first (`hint_first`), that also accepts None == None (a
     bias-less layer's bias and its grad)."""

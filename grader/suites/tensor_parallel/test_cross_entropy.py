@@ -25,9 +25,8 @@ from grader.suites.tensor_parallel._common import (
     leaf,
     randn,
     shard,
-    where,
 )
-from harness.cases import case_values, run_cases
+from harness.cases import case_values, run_cases, where
 from harness.commlog import windows
 
 WORLDS = (2, 4)

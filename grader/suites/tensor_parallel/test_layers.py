@@ -23,9 +23,8 @@ from grader.suites.tensor_parallel._common import (
     dense_linear_case,
     linear_step,
     shard,
-    where,
 )
-from harness.cases import case_values, run_cases
+from harness.cases import case_values, run_cases, where
 
 WORLDS = (1, 2, 4)
 NARROW, WIDE = 8, 12

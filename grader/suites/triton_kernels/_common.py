@@ -4,17 +4,17 @@ A `Case` is one call of a kernel wrapper: its inputs (built here from a fixed se
 the rank applies before the call (to make inputs non-contiguous), and the expected output(s),
 computed here in float64 with plain torch and kept in float64, so the tolerance (the float32
 default of `grader.compare`, or for attention the bound `attention_bound` derives from the
-inputs) measures the kernel's rounding alone. `run(launch, fn, cases)`
-sends every case of a module to one rank in one launch (see `_ranks.run_cases`); `check(case,
+inputs) measures the kernel's rounding alone. `run(launch, cases)`
+sends every case of a module to one rank in one launch (see `_ranks.rank_cases`); `check(case,
 result)` judges one case and raises AssertionError with a message whose first line says which
-call, how far off, and the likely fix, without the hidden inputs. `CaseTests` makes a module's
-launch fixture and its graded tests, one line per test ("case `key` is worth `points`").
+call, how far off, and the likely fix, without the hidden inputs. `case_tests` makes a module's
+launch fixture and its graded tests (the harness's `CaseTests`), one line per test ("case
+`key` is worth `points`").
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +22,8 @@ import pytest
 import torch
 
 from grader.compare import Tolerance, assert_close, attention_bound, softmax_bound
-from grader.suites.triton_kernels._ranks import run_cases
+from grader.suites.triton_kernels._ranks import rank_cases
+from harness.case_tests import CaseTests
 from harness.cases import case_value
 
 # Value tests run the kernels in Triton's interpreter on CPU tensors, on every machine, so a
@@ -54,7 +55,7 @@ class Case:
 
 def run(launch: Any, cases: list[Case]) -> dict[str, dict[str, Any]]:
     """Run every case in one launch; returns case name -> the rank's result dict."""
-    result = launch(run_cases, 1, args=([c.payload() for c in cases],), backend="gloo",
+    result = launch(rank_cases, 1, args=([c.payload() for c in cases],), backend="gloo",
                     env=INTERPRET_ENV, timeout=LAUNCH_TIMEOUT_S)
     return {case.name: value for case, value in zip(cases, result.values[0])}
 
@@ -106,33 +107,22 @@ def results_fixture(cases: dict[str, Case]) -> Any:
     return results
 
 
-class CaseTests:
-    """The graded tests of a module whose cases each check one wrapper call of `function`.
+def case_tests(function: str, cases: dict[str, Case]) -> CaseTests[dict[str, dict[str, Any]]]:
+    """The graded tests of a module whose cases each check one wrapper call of `function`
+    (`harness.case_tests.CaseTests`):
 
-        SOFTMAX = CaseTests("softmax", build_cases())
-        results = SOFTMAX.results             # the module's launch (`results_fixture`)
+        SOFTMAX = case_tests("softmax", build_cases())
+        case_runs = SOFTMAX.fixture           # the module's launch (`run`)
         test_width_200 = SOFTMAX.test(2, "w200")
 
     `test(points, *keys, **check_kw)` is a test worth `points` that exercises `function` and
-    passes when every case of `keys` passes `check(case, result, **check_kw)`; pytest collects
-    it under the module-level name it is assigned to.
+    passes when every case of `keys` passes `check(case, result, **check_kw)`.
     """
-
-    def __init__(self, function: str, cases: dict[str, Case]) -> None:
-        self.function = function
-        self.cases = cases
-        self.results = results_fixture(cases)
-
-    def test(self, points: int, *keys: str, **check_kw: bool) -> Callable[..., None]:
-        chosen = [self.cases[key] for key in keys]
-
-        @pytest.mark.exercises(self.function)
-        @pytest.mark.points(points)
-        def test(results: dict[str, dict[str, Any]]) -> None:
-            for case in chosen:
-                check(case, results[case.name], **check_kw)
-
-        return test
+    ordered = list(cases.values())
+    return CaseTests(
+        run=lambda launch: run(launch, ordered),
+        judge=lambda results, key, **kw: check(cases[key], results[cases[key].name], **kw),
+        exercises=lambda keys: [function])
 
 
 def shape_text(*tensors: torch.Tensor) -> str:

@@ -1,6 +1,6 @@
 """Rank side of the triton_kernels hidden suite (these functions run inside rank processes).
 
-`run_cases` imports the code under test with `ctx.impl_module`, applies each case's layout,
+`rank_cases` imports the code under test with `ctx.impl_module`, applies each case's layout,
 calls the wrapper under `ComputeGuard` (recording, not raising, so the parent can report the
 first forbidden operator even if the wrapper swallows exceptions) and returns plain data per
 case, each in its own error scope (`harness.cases`), so one broken configuration does not hide
@@ -54,13 +54,13 @@ def call_case(kernels: Any, case: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def run_cases(ctx, cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def rank_cases(ctx, cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Rank function: every case in order, on CPU tensors (TRITON_INTERPRET=1 via launch)."""
     kernels = ctx.impl_module("triton_kernels", "kernels")
     return [call_case(kernels, case) for case in cases]
 
 
-def run_cases_on_gpu(ctx, cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def rank_cases_on_gpu(ctx, cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Rank function: the same cases compiled, with every tensor moved to the GPU first."""
     kernels = ctx.impl_module("triton_kernels", "kernels")
     device = torch.device("cuda", torch.cuda.current_device())

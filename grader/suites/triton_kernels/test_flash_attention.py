@@ -14,9 +14,9 @@ import torch
 from grader.seeds import seeded_generator
 from grader.suites.triton_kernels._common import (
     Case,
-    CaseTests,
     attention_ref,
     attention_tolerances,
+    case_tests,
 )
 
 ONLINE_HINT = ("when the running max grows, rescale both the running sum and the accumulator "
@@ -75,8 +75,8 @@ def build_cases() -> dict[str, Case]:
     ])
 
 
-FLASH = CaseTests("flash_attention", build_cases())
-results = FLASH.results
+FLASH = case_tests("flash_attention", build_cases())
+case_runs = FLASH.fixture
 
 
 test_single_query = FLASH.test(1, "seq1", "seq1_causal", "one")

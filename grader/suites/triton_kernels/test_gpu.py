@@ -25,7 +25,7 @@ from grader.suites.triton_kernels._common import (
     softmax_ref,
     softmax_tolerance,
 )
-from grader.suites.triton_kernels._ranks import run_cases_on_gpu
+from grader.suites.triton_kernels._ranks import rank_cases_on_gpu
 
 pytestmark = pytest.mark.gpu
 
@@ -63,7 +63,7 @@ CASES = build_cases()
 @pytest.fixture(scope="module")
 def compiled(launch):
     cases = list(CASES.values())
-    result = launch(run_cases_on_gpu, 1, args=([c.payload() for c in cases],),
+    result = launch(rank_cases_on_gpu, 1, args=([c.payload() for c in cases],),
                     env=COMPILED_ENV, timeout=GPU_TIMEOUT_S)
     return {case.name: value for case, value in zip(cases, result.values[0])}
 

@@ -13,7 +13,7 @@ import torch
 from grader.seeds import seeded_generator
 from grader.suites.triton_kernels._common import (
     Case,
-    CaseTests,
+    case_tests,
     paged_inputs,
     paged_ref,
     paged_tolerances,
@@ -59,8 +59,8 @@ def build_cases() -> dict[str, Case]:
     ])
 
 
-PAGED_DECODE = CaseTests("paged_attention_decode", build_cases())
-results = PAGED_DECODE.results
+PAGED_DECODE = case_tests("paged_attention_decode", build_cases())
+case_runs = PAGED_DECODE.fixture
 
 
 test_length_one = PAGED_DECODE.test(2, "len1", "one")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from grader.seeds import seeded_generator
-from grader.suites.triton_kernels._common import Case, CaseTests, rms_norm_ref
+from grader.suites.triton_kernels._common import Case, case_tests, rms_norm_ref
 
 MEAN_HINT = "divide the sum of squares by the row width, not by your block size"
 
@@ -44,8 +44,8 @@ def build_cases() -> dict[str, Case]:
     ])
 
 
-RMS_NORM = CaseTests("rms_norm", build_cases())
-results = RMS_NORM.results
+RMS_NORM = case_tests("rms_norm", build_cases())
+case_runs = RMS_NORM.fixture
 
 
 test_width_90 = RMS_NORM.test(2, "d90")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from grader.seeds import seeded_generator
-from grader.suites.triton_kernels._common import Case, CaseTests, softmax_ref, softmax_tolerance
+from grader.suites.triton_kernels._common import Case, case_tests, softmax_ref, softmax_tolerance
 
 MASK_HINT = "do padded columns (past the row's end) load as -inf so they add nothing?"
 
@@ -44,8 +44,8 @@ def build_cases() -> dict[str, Case]:
     ])
 
 
-SOFTMAX = CaseTests("softmax", build_cases())
-results = SOFTMAX.results
+SOFTMAX = case_tests("softmax", build_cases())
+case_runs = SOFTMAX.fixture
 
 
 test_single_element = SOFTMAX.test(1, "single")

@@ -12,6 +12,7 @@ import torch
 
 from grader.suites.zero2._common import Reference, build_model, shard_numel
 from harness import CommRecord
+from harness.cases import where
 
 # Names a rank may use for each half of the traffic (see the stub's cost contract).
 REDUCE_SCATTER_OPS = frozenset({"reduce_scatter", "reduce_scatter_tensor",
@@ -21,10 +22,6 @@ ALL_GATHER_OPS = frozenset({"all_gather", "all_gather_into_tensor", "all_gather_
 SEND_OPS = frozenset({"send", "isend"})
 RECV_OPS = frozenset({"recv", "irecv"})
 FREE_OPS = frozenset({"mark", "barrier"})
-
-
-def where(rank: int, world_size: int) -> str:
-    return f"[rank {rank} of {world_size}]"
 
 
 # The usual causes of a training mismatch, when `diagnose` finds none that stands out.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from grader.suites.zero2._checks import assert_history, where
+from grader.suites.zero2._checks import assert_history
 from grader.suites.zero2._common import (
     LAUNCH_TIMEOUT,
     TWO_GROUPS,
@@ -19,6 +19,7 @@ from grader.suites.zero2._common import (
     rank_train,
     reference_run,
 )
+from harness.cases import where
 
 # Every test calls the module's one public name.
 pytestmark = pytest.mark.exercises("Zero2Optimizer")

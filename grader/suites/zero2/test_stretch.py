@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from grader.suites.zero2._checks import REDUCE_SCATTER_OPS, SEND_OPS, assert_history, where
+from grader.suites.zero2._checks import REDUCE_SCATTER_OPS, SEND_OPS, assert_history
 from grader.suites.zero2._common import (
     LAUNCH_TIMEOUT,
     build_model,
@@ -23,6 +23,7 @@ from grader.suites.zero2._common import (
     reference_run,
     train,
 )
+from harness.cases import where
 from harness.commlog import windows
 
 # Every test calls the module's one public name.
