@@ -28,7 +28,16 @@ from typing import Any
 
 import torch
 
-from harness import calltrace, cgroups, failures, forkserver, payload, procfs, proctree
+from harness import (
+    calltrace,
+    cgroups,
+    failures,
+    forkserver,
+    payload,
+    procfs,
+    proctree,
+    rankfiles,
+)
 from harness.commlog import CommRecord, Forbid
 from harness.errors import ForbiddenCallError, PayloadError, RankFailure, SurvivorError
 from harness.forkserver import configure, mp_context, preload
@@ -433,14 +442,10 @@ def _finish_rank(job: RankJob, pid: int) -> int | None:
         pass
     if written is None:
         return None
-    own_files = 0
-    for suffix in ("log", "result.pt", "stack", "error.json"):
-        try:
-            info = os.stat(job.path(suffix))
-        except OSError:
-            continue
-        # Bytes on disk, not the apparent size: a sparse truncate grows the size for free.
-        own_files += min(info.st_size, info.st_blocks * 512)
+    # lstat, one link, blocks on disk (harness/rankfiles.py): a symlink, a hard link shared
+    # with the rendezvous folder or a sparse truncate cancels none of the bytes written.
+    own_files = rankfiles.own_bytes(job.path(suffix)
+                                    for suffix in ("log", "result.pt", "stack", "error.json"))
     return max(0, written - own_files)
 
 

@@ -41,6 +41,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 
+from harness import rankfiles
+
 if TYPE_CHECKING:
     from torch.distributed.distributed_c10d import GroupName
 
@@ -56,6 +58,7 @@ HANDSHAKE_S = 5.0  # how long a new connection may take to present it
 MAX_HEADER_BYTES = 1 << 20
 MAX_PAYLOAD_BYTES = 256 * 1024 * 1024  # the rank's own file-size cap (launcher.MAX_FILE_BYTES)
 MAX_PENDING = 256  # operations posted and not yet waited for
+WIRE_LOG_BYTES = 64 * 1024 * 1024  # a sidecar's wire log, read with this cap
 DTYPES = {str(d).removeprefix("torch."): d for d in (
     torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.uint8, torch.int8,
     torch.int16, torch.int32, torch.int64, torch.bool, torch.complex64, torch.complex128)}
@@ -658,9 +661,9 @@ class SidecarSet:
                 time.sleep(0.002)
             if not os.path.exists(path):
                 raise WireMismatchError(f"rank {r}: its sidecar wrote no log")
-            with open(path) as f:
-                out.append([WireRecord(**{**d, "group_ranks": tuple(d["group_ranks"])})
-                            for d in json.load(f)])
+            text = rankfiles.read_text(path, WIRE_LOG_BYTES)
+            out.append([WireRecord(**{**d, "group_ranks": tuple(d["group_ranks"])})
+                        for d in json.loads(text)])
         return out
 
     def stop(self) -> None:
