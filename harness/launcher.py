@@ -53,8 +53,8 @@ from harness.sidecar import (
 from harness.sidecar import server as sidecar_server
 from harness.stall import StallWatch
 
-__all__ = ["LaunchResult", "configure", "launch", "mp_context", "preload", "resolve_backend",
-           "set_rank_threads"]
+__all__ = ["LaunchResult", "configure", "launch", "mp_context", "observe_arguments", "preload",
+           "resolve_backend", "set_rank_threads"]
 
 MAX_FILE_BYTES = 256 * 1024 * 1024
 _rank_threads = 1
@@ -105,6 +105,15 @@ class LaunchResult:
             return written
         sent = sum(r.bytes for r in self.comm[rank] if r.op in ("send", "isend"))
         return written - sent
+
+
+_argument_observers: list[Callable[[str, Any, Any, Any], None]] = []
+
+
+def observe_arguments(observer: Callable[[str, Any, Any, Any], None]) -> None:
+    """Call `observer(fn_qualname, args, kwargs, rank_args)` for every launch from now on,
+    before the ranks start (the grader's leak check: `grader/leakcheck.py`)."""
+    _argument_observers.append(observer)
 
 
 def resolve_backend(backend: str, world_size: int) -> str:
@@ -172,6 +181,8 @@ def _launch_once(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[
         raise ValueError(f"timeout must be positive, not {timeout}")
     fn_bytes = forkserver.pickle_rank_function(fn)
     qualname = fn.__qualname__
+    for observer in _argument_observers:
+        observer(qualname, tuple(args), dict(kwargs or {}), rank_args)
     spec = impl if isinstance(impl, ImplSpec) else resolve_impl(impl)
     chosen_backend = resolve_backend(backend, world_size)
     args_bytes = _saved((tuple(args), dict(kwargs or {})))

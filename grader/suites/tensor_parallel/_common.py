@@ -102,6 +102,20 @@ def dense_cross_entropy(logits: torch.Tensor, target: torch.Tensor,
     return loss.detach(), logits.grad
 
 
+ANSWER_KEYS = frozenset({"expected", "loss", "grad"})  # what the parent judges with, never sent
+
+
+def inputs_only(cases: Any) -> Any:
+    """`cases` without the parent's answers: every dict loses its `ANSWER_KEYS` (ranks get
+    inputs, never verdicts: a rank can read whatever it is sent from its caller's frame)."""
+    if isinstance(cases, dict):
+        return {key: inputs_only(value) for key, value in cases.items()
+                if key not in ANSWER_KEYS}
+    if isinstance(cases, (list, tuple)):
+        return type(cases)(inputs_only(value) for value in cases)
+    return cases
+
+
 def shard(t: torch.Tensor | None, rank: int, world: int, dim: int = -1) -> torch.Tensor | None:
     """Slice `rank` of `world` equal slices of `t` along `dim`."""
     if t is None:

@@ -22,6 +22,7 @@ from grader.suites.tensor_parallel._common import (
     check,
     dense_cross_entropy,
     describe,
+    inputs_only,
     leaf,
     randn,
     shard,
@@ -85,8 +86,8 @@ def rank_cross_entropy(ctx, cases) -> dict:
 
 @pytest.fixture(scope="module")
 def runs(launch):
-    return {p: launch(rank_cross_entropy, world_size=p, args=(CASES,), backend=BACKEND,
-                      timeout=TIMEOUT_S) for p in WORLDS}
+    return {p: launch(rank_cross_entropy, world_size=p, args=(inputs_only(CASES),),
+                      backend=BACKEND, timeout=TIMEOUT_S) for p in WORLDS}
 
 
 def _each(runs, name):

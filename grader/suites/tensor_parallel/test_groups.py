@@ -21,6 +21,7 @@ from grader.suites.tensor_parallel._common import (
     dense_linear_run,
     dense_mlp_run,
     describe,
+    inputs_only,
     leaf,
     linear_state,
     linear_step,
@@ -106,7 +107,8 @@ def rank_groups(ctx, data) -> dict:
 
 @pytest.fixture(scope="module")
 def run(launch):
-    return launch(rank_groups, world_size=WORLD, rank_args=[(DATA[g // TP],) for g in range(WORLD)],
+    return launch(rank_groups, world_size=WORLD,
+                  rank_args=[(inputs_only(DATA[g // TP]),) for g in range(WORLD)],
                   backend=BACKEND, timeout=TIMEOUT_S)
 
 

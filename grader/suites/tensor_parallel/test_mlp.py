@@ -19,6 +19,7 @@ from grader.suites.tensor_parallel._common import (
     dense_linear,
     dense_mlp_run,
     describe,
+    inputs_only,
     leaf,
     linear_state,
     param_grad,
@@ -82,7 +83,8 @@ def rank_mlp(ctx, cases) -> dict:
 
 @pytest.fixture(scope="module")
 def runs(launch):
-    return {p: launch(rank_mlp, world_size=p, args=(CASES,), backend=BACKEND, timeout=TIMEOUT_S)
+    return {p: launch(rank_mlp, world_size=p, args=(inputs_only(CASES),), backend=BACKEND,
+                      timeout=TIMEOUT_S)
             for p in WORLDS}
 
 
