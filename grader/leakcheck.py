@@ -7,8 +7,10 @@ findings to; `selfcheck` sets it for every session it runs), records the float t
 launch sends to its ranks, and checks every expected value the parent compares against
 (`grader.compare.assert_close`, `torch.testing.assert_close`, `torch.allclose`, `torch.equal`,
 `torch.isclose`: the second argument): if all of its values, and at least `MIN_VALUES` distinct
-fractional ones, occur in one tensor that was sent, the expected value — or a slice of it — went
-to the ranks. That finding is written as one JSON line (test, launch, path of the argument).
+ones with more than `MIN_BITS` significant bits (random data; low-precision test data such as
+multiples of 1/8, fp16 or bf16 values collide by chance), occur in one tensor that a launch of
+the same test file sent, the expected value — or a slice of it — went to the ranks. That
+finding is written as one JSON line (test, launch, path of the argument).
 
 Checks that an input comes back unchanged (or that a rank keeps its slice of an input) compare
 against an input by design; they are named in `ECHO_CHECKS` — the test, the input, and why.
@@ -26,7 +28,8 @@ if TYPE_CHECKING:
     import torch
 
 ENV = "MLSYS_LEAKCHECK"
-MIN_VALUES = 8  # distinct fractional values an expected tensor needs to be judged
+MIN_VALUES = 8  # distinct precise values an expected tensor needs to be judged
+MIN_BITS = 12  # significant bits a value needs to count as precise (float32 data has 24)
 MAX_NUMEL = 4_000_000  # sent tensors larger than this are not kept (nothing graded is)
 
 # (part of the test's node id, part of the sent argument's path, why): comparisons whose
@@ -41,7 +44,7 @@ ECHO_CHECKS: tuple[tuple[str, str, str], ...] = (
 )
 
 _lock = threading.Lock()
-_sent: list[tuple[str, torch.Tensor]] = []  # (where, sorted unique float64 values)
+_sent: list[tuple[str, str, torch.Tensor]] = []  # (test file, where, unique float64 values)
 _path: str | None = None
 
 
@@ -82,9 +85,14 @@ def observe_launch(fn_name: str, args: Any, kwargs: Any, rank_args: Any) -> None
     """Record the float tensors a launch of `fn_name` sends (harness launch observer)."""
     found = [*_floats(args, "args"), *_floats(kwargs, "kwargs"),
              *_floats(rank_args, "rank_args")]
+    module = _current_test().split("::")[0]
     with _lock:
         for where, tensor in found:
-            _sent.append((f"{fn_name} {where}", _values(tensor)))
+            _sent.append((module, f"{fn_name} {where}", _values(tensor)))
+
+
+def _current_test() -> str:
+    return os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]
 
 
 def _judged(expected: torch.Tensor) -> torch.Tensor | None:
@@ -96,8 +104,10 @@ def _judged(expected: torch.Tensor) -> torch.Tensor | None:
         return None
     values = _values(expected)
     values = values[torch.isfinite(values)]
-    fractional = values[values != torch.round(values)]
-    return values if fractional.numel() >= MIN_VALUES else None
+    mantissa, _ = torch.frexp(values)
+    scaled = mantissa * 2.0 ** MIN_BITS
+    precise = values[scaled != torch.round(scaled)]
+    return values if precise.numel() >= MIN_VALUES else None
 
 
 def compared(expected: Any) -> None:
@@ -109,9 +119,10 @@ def compared(expected: Any) -> None:
     values = _judged(expected)
     if values is None:
         return
-    test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]
+    test = _current_test()
+    module = test.split("::")[0]
     with _lock:
-        sent = list(_sent)
+        sent = [(where, pool) for file, where, pool in _sent if file == module]
     for where, pool in sent:
         if any(name in test and part in where for name, part, _ in ECHO_CHECKS):
             continue
