@@ -41,6 +41,14 @@ ECHO_CHECKS: tuple[tuple[str, str, str], ...] = (
      "a layer built from the dense weights must hold its slice of them"),
     ("tensor_parallel/test_layers.py::test_row_parameters_are_column_slices", "['state']",
      "a layer built from the dense weights must hold its slice of them"),
+    ("moe/test_all_to_all.py::test_forward[world_size=2-one_rank_sends_nothing]",
+     "['xs'][1]", "rank 0 sends nothing: rank 1 receives only its own rows back"),
+    ("paged_kv/test_cache_ops.py::test_copy_blocks_copies_whole_blocks_of_both_caches",
+     "['copy']", "copy_blocks' result is made of its input's blocks"),
+    ("triton_kernels/test_flash_attention.py::test_single_query", "['args'][2]",
+     "attention over one key returns that key's value row"),
+    ("triton_kernels/test_paged_decode.py::test_length_one", "['args'][2]",
+     "attention over one cached token returns its value row"),
 )
 
 _lock = threading.Lock()

@@ -6,9 +6,10 @@ through a small wrapper script that enters `bwrap`:
 - a PID namespace of its own (the ranks see the forkserver and each other, no host process),
   a network namespace with only loopback up (gloo still works), no shared IPC;
 - an allow-listed file system, read-only: the system's programs and libraries (/usr, /etc),
-  the interpreter and its packages, this checkout (its hidden suites, solutions unless under
-  test, and `.git` covered), the submission; a fresh /tmp and the session's work folder —
-  no home, no other checkout, no /proc of other processes;
+  the interpreter and its packages, of this checkout only what ranks import (`RANK_CHECKOUT`:
+  the harness, assignments/, a few grader modules; not grader/tests, the instructor tools, the
+  hidden suites, solutions unless under test, or `.git`), the submission; a fresh /tmp and the
+  session's work folder — no home, no other checkout, no /proc of other processes;
 - a cleared environment, then `python -I` (no sitecustomize, .pth of the user site, PYTHON*).
 As root, the forkserver keeps only the capabilities to change user, and each rank becomes a
 user of its own (`RANK_UID_FIRST` and up) before any code under test runs: a rank cannot read or
@@ -97,10 +98,27 @@ def _runner_files() -> list[str]:
     return [os.environ[key] for key in RUNNER_ENV_PATHS if os.environ.get(key)]
 
 
+# What ranks need of the checkout, and nothing else of it: the harness, the provided modules and
+# stubs, and the few grader modules that rank functions import (seeds, tolerances). Not bound:
+# grader/tests (grader/tests/independent holds a correct implementation of every assignment),
+# the instructor tools, the hidden suites, solutions/ (unless it is the code under test, then
+# it comes in as `SandboxConfig.readable`), .git, docs. A grader module a rank imports must be
+# listed here (harness/tests/test_sandbox.py checks the suites' imports against it); the GPU
+# suite's timing runs import grader/bench.
+RANK_CHECKOUT = ("harness", "assignments", "grader/__init__.py", "grader/seeds.py",
+                 "grader/compare.py", "grader/leakcheck.py", "grader/bench")
+
+
 def _required_paths() -> list[str]:
-    """What ranks need: the course checkout and the interpreter with its packages."""
+    """What ranks need: what `RANK_CHECKOUT` lists of the checkout, and the interpreter with
+    its packages."""
     executable_dir = os.path.dirname(os.path.realpath(sys.executable))
-    paths = [str(REPO_ROOT), sys.prefix, sys.base_prefix, executable_dir]
+    paths = [*(str(REPO_ROOT / part) for part in RANK_CHECKOUT), sys.prefix, sys.base_prefix,
+             executable_dir]
+    for path in (sys.prefix, sys.executable):  # a venv inside the checkout: its link too
+        if _inside(path, [str(REPO_ROOT)]):
+            top = REPO_ROOT / Path(path).relative_to(REPO_ROOT).parts[0]
+            paths.append(str(top))
     return paths + [os.path.realpath(p) for p in paths if os.path.realpath(p) != p]
 
 
