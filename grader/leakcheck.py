@@ -12,6 +12,10 @@ multiples of 1/8, fp16 or bf16 values collide by chance), occur in one tensor th
 the same test file sent, the expected value — or a slice of it — went to the ranks. That
 finding is written as one JSON line (test, launch, path of the argument).
 
+Always on, in every graded session (the `launch` fixture): `refuse_answer_keys` fails a launch
+whose arguments hold a dict key that names an answer (`ANSWER_KEYS`: "expected", "reference",
+...), whatever its type — integers and strings included, which the ledger does not judge.
+
 Checks that an input comes back unchanged (or that a rank keeps its slice of an input) compare
 against an input by design; they are named in `ECHO_CHECKS` — the test, the input, and why.
 """
@@ -50,6 +54,9 @@ ECHO_CHECKS: tuple[tuple[str, str, str], ...] = (
     ("triton_kernels/test_paged_decode.py::test_length_one", "['args'][2]",
      "attention over one cached token returns its value row"),
 )
+
+ANSWER_KEYS = frozenset({"expected", "reference", "answer", "answers", "golden", "want",
+                         "wanted", "expected_output", "reference_output"})
 
 _lock = threading.Lock()
 _sent: list[tuple[str, str, torch.Tensor]] = []  # (test file, where, unique float64 values)
@@ -97,6 +104,27 @@ def observe_launch(fn_name: str, args: Any, kwargs: Any, rank_args: Any) -> None
     with _lock:
         for where, tensor in found:
             _sent.append((module, f"{fn_name} {where}", _values(tensor)))
+
+
+def refuse_answer_keys(args: Any, kwargs: Any, rank_args: Any) -> None:
+    """Raise ValueError when a launch argument holds a dict key in `ANSWER_KEYS`: ranks get
+    inputs, never verdicts (strip the answers before the launch; the parent judges)."""
+    todo: list[tuple[Any, str, int]] = [(args, "args", 0), (kwargs, "kwargs", 0),
+                                         (rank_args, "rank_args", 0)]
+    while todo:
+        value, where, depth = todo.pop()
+        if depth > 32:
+            continue
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if isinstance(key, str) and key in ANSWER_KEYS:
+                    raise ValueError(
+                        f"launch argument {where}[{key!r}] names an answer: ranks get inputs, "
+                        f"never verdicts (a rank can read what it is sent); keep it in the "
+                        f"parent and judge there")
+                todo.append((item, f"{where}[{key!r}]", depth + 1))
+        elif isinstance(value, (list, tuple)):
+            todo.extend((item, f"{where}[{i}]", depth + 1) for i, item in enumerate(value))
 
 
 def _current_test() -> str:

@@ -51,3 +51,17 @@ def test_inactive_ledger_records_nothing(tmp_path, monkeypatch):
     monkeypatch.setattr(leakcheck, "_path", None)
     leakcheck.compared(torch.randn(16))
     assert not leakcheck.active()
+
+
+def test_a_launch_argument_named_as_an_answer_is_refused():
+    leakcheck.refuse_answer_keys(({"x": torch.ones(2), "target": [1, 2]},), {}, None)
+    for args, kwargs, rank_args in (
+            (({"case": {"expected": 3}},), {}, None),
+            ((), {"cases": [{"reference": "abc"}]}, None),
+            ((), {}, [({"want": torch.ones(1)},)])):
+        try:
+            leakcheck.refuse_answer_keys(args, kwargs, rank_args)
+        except ValueError as exc:
+            assert "ranks get inputs, never verdicts" in str(exc)
+        else:
+            raise AssertionError(f"not refused: {args} {kwargs} {rank_args}")
