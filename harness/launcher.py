@@ -131,7 +131,7 @@ def launch(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] =
            impl: str | ImplSpec = "assignments", backend: str = "auto", timeout: float = 30.0,
            forbid: Forbid | None = None, seed: int = 0, env: dict[str, str] | None = None,
            max_result_bytes: int = payload.DEFAULT_MAX_BYTES,
-           transport: str = "in-rank") -> LaunchResult:
+           transport: str = "in-rank", functional_collectives: bool = False) -> LaunchResult:
     """Run `fn(ctx, *args, *rank_args[r], **kwargs)` on `world_size` fresh rank processes.
 
     Returns a LaunchResult. Raises (in this process): NotImplementedInRank, RankFailure,
@@ -141,7 +141,11 @@ def launch(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] =
     `transport="sidecar"` (gloo only; NCCL keeps the in-rank path): each rank's traffic is
     carried and logged by a sidecar process outside the rank (harness/sidecar.py); the launch
     then also raises ForbiddenCallError for a forbidden operation on the wire and
-    WireMismatchError when a rank's log disagrees with what was carried.
+    WireMismatchError when a rank's log disagrees with what was carried. Functional collectives
+    (`torch.distributed._functional_collectives`, `torch.ops._c10d_functional`) go around the
+    in-rank log: the sidecar carries and counts them; with the in-rank transport they raise
+    ForbiddenCallError in the rank unless `functional_collectives=True` (for launches that
+    judge values only; harness/funcol.py).
 
     A launch whose ranks could not join their process group (gloo's connection set-up failing,
     as it rarely does on a loaded machine, before `fn` ran on any rank: `RENDEZVOUS_ERROR`) is
@@ -152,7 +156,8 @@ def launch(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] =
             return _launch_once(fn, world_size, args=args, kwargs=kwargs, rank_args=rank_args,
                                 impl=impl, backend=backend, timeout=timeout, forbid=forbid,
                                 seed=seed, env=env, max_result_bytes=max_result_bytes,
-                                transport=transport)
+                                transport=transport,
+                                functional_collectives=functional_collectives)
         except RankFailure as exc:
             if exc.exc_type != RENDEZVOUS_ERROR or attempt == RENDEZVOUS_ATTEMPTS - 1:
                 raise
@@ -169,7 +174,8 @@ def _launch_once(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[
                  timeout: float = 30.0, forbid: Forbid | None = None, seed: int = 0,
                  env: dict[str, str] | None = None,
                  max_result_bytes: int = payload.DEFAULT_MAX_BYTES,
-                 transport: str = "in-rank") -> LaunchResult:
+                 transport: str = "in-rank",
+                 functional_collectives: bool = False) -> LaunchResult:
     """One attempt of `launch` (same arguments)."""
     if transport not in ("in-rank", "sidecar"):
         raise ValueError(f"transport must be 'in-rank' or 'sidecar', not {transport!r}")
@@ -218,6 +224,7 @@ def _launch_once(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[
                         uid=uids[r], private_memory=bool(wrapper and wrapper.private_memory),
                         env={**forkserver.rank_env(), **(env or {})}, threads=_rank_threads,
                         transport=transport, sidecar_token=tokens[r],
+                        functional_collectives=functional_collectives,
                         trace_prefix=spec.root if spec.text == calltrace.traced_impl() else "")
                 for r in range(world_size)]
         if transport == "sidecar":  # started while the ranks start: a rank waits for its own

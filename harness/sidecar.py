@@ -334,6 +334,30 @@ class SidecarGroup(dist.ProcessGroup):
     def barrier(self, opts: Any = None) -> SidecarWork:
         return self._now({"op": "barrier"}, (), ())
 
+    # The coalesced forms (functional collectives and DTensor reach the group through them):
+    # one operation per tensor, in order. A Python group that lacks one of the methods the
+    # communication log wraps on dist.ProcessGroup would have the wrapper found as its
+    # override, and recurse.
+    def allgather_into_tensor_coalesced(self, outputs: list[torch.Tensor],  # type: ignore[override]
+                                        inputs: list[torch.Tensor],
+                                        opts: Any = None) -> SidecarWork:
+        for output, input in zip(outputs, inputs):
+            self._allgather_base(output, input, opts)
+        return SidecarWork(targets=outputs)
+
+    def reduce_scatter_tensor_coalesced(self, outputs: list[torch.Tensor],  # type: ignore[override]
+                                        inputs: list[torch.Tensor],
+                                        opts: Any = None) -> SidecarWork:
+        for output, input in zip(outputs, inputs):
+            self._reduce_scatter_base(output, input, opts)
+        return SidecarWork(targets=outputs)
+
+    def allreduce_coalesced(self, tensors: list[torch.Tensor],  # type: ignore[override]
+                            opts: Any = None) -> SidecarWork:
+        for tensor in tensors:
+            self.allreduce([tensor], opts)
+        return SidecarWork(targets=tensors)
+
     # torch >= 2.9 routes all_gather_into_tensor / reduce_scatter_tensor here
     all_gather_single = _allgather_base
     reduce_scatter_single = _reduce_scatter_base  # type: ignore[assignment]

@@ -220,3 +220,20 @@ def test_a_device_mesh_names_and_uses_its_groups():
         assert value["replicate"] == [float(col), float(col + 2)]
     groups = {w.group_ranks for w in result.wire[0] if w.kind == "allgather_base"}
     assert groups == {(0, 1), (0, 2)}
+
+
+@pytest.mark.parametrize("route", ["module", "ops", "namespace"])
+def test_functional_collectives_are_carried_by_the_sidecar_or_refused(route):
+    """They go from C++ to the backend past every wrapped function: on the sidecar they are
+    carried and counted on the wire; in-rank, where nothing would count them, they raise."""
+    from harness.tests.rankfns import functional_all_reduce
+
+    result = launch(functional_all_reduce, 2, args=(route,), backend="gloo",
+                    transport="sidecar", timeout=60)
+    assert all(torch.equal(v, torch.full((4,), 2.0)) for v in result.values)
+    assert all([w.kind for w in wire] == ["allreduce"] for wire in result.wire), result.wire
+    with pytest.raises(ForbiddenCallError, match="functional collective"):
+        launch(functional_all_reduce, 2, args=(route,), backend="gloo", timeout=60)
+    allowed = launch(functional_all_reduce, 2, args=(route,), backend="gloo", timeout=60,
+                     functional_collectives=True)
+    assert all(torch.equal(v, torch.full((4,), 2.0)) for v in allowed.values)
