@@ -18,7 +18,6 @@ import io
 import os
 import shutil
 import signal
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -37,9 +36,16 @@ from harness import (
     procfs,
     proctree,
     rankfiles,
+    tempdirs,
 )
 from harness.commlog import CommRecord, Forbid
-from harness.errors import ForbiddenCallError, PayloadError, RankFailure, SurvivorError
+from harness.errors import (
+    DiskLimitError,
+    ForbiddenCallError,
+    PayloadError,
+    RankFailure,
+    SurvivorError,
+)
 from harness.forkserver import configure, mp_context, preload
 from harness.impl import ImplSpec, resolve_impl
 from harness.rankmain import RENDEZVOUS_ERROR, RankJob, rank_entry
@@ -57,6 +63,13 @@ __all__ = ["LaunchResult", "configure", "launch", "mp_context", "observe_argumen
            "resolve_backend", "set_rank_threads"]
 
 MAX_FILE_BYTES = 256 * 1024 * 1024
+# What one launch may keep on disk in its folder (every rank's folder, home and temp folder
+# under the sandbox, and the rendezvous folder), by lstat and blocks; more for launches whose
+# results alone could take more. Checked every DISK_CHECK_S by the parent, which ends the
+# launch past it (DiskLimitError); RLIMIT_FSIZE (MAX_FILE_BYTES) caps each file meanwhile.
+DISK_CAP_BYTES = 1024 * 1024 * 1024
+DISK_MAX_ENTRIES = 20_000
+DISK_CHECK_S = 0.25
 _rank_threads = 1
 
 
@@ -206,6 +219,10 @@ def _launch_once(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[
     owners = [uid if uid is not None else wrapper.folder_owner if wrapper else None
               for uid in uids]
     workdir, store_path = _make_folders(owners, forkserver.workdir_base())
+    disk_cap = max(DISK_CAP_BYTES, world_size * 2 * max_result_bytes)
+    # Under the sandbox each rank's home and temp folder are its own folder (0700, its user's):
+    # no folder shared among ranks but the rendezvous, and all of it under the disk cap.
+    private = () if wrapper is None else ("HOME", "TMPDIR")
     procs: list[Any] = []
     sidecars: SidecarSet | None = None
     starting: _Background | None = None
@@ -222,7 +239,9 @@ def _launch_once(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[
                         max_processes=_process_limit(wrapper, group),
                         fn_bytes=fn_bytes, args_bytes=args_bytes, rank_args_bytes=own_args[r],
                         uid=uids[r], private_memory=bool(wrapper and wrapper.private_memory),
-                        env={**forkserver.rank_env(), **(env or {})}, threads=_rank_threads,
+                        env={**forkserver.rank_env(), **(env or {}),
+                             **{key: os.path.join(workdir, f"rank{r}") for key in private}},
+                        threads=_rank_threads,
                         transport=transport, sidecar_token=tokens[r],
                         functional_collectives=functional_collectives,
                         trace_prefix=spec.root if spec.text == calltrace.traced_impl() else "")
@@ -236,6 +255,7 @@ def _launch_once(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[
             sidecars = starting.result()
         written = _watch(procs, jobs, started + timeout, timeout, qualname,
                          limited=wrapper is not None, group=group,
+                         disk=(workdir, disk_cap),
                          helpers=sidecars.pids if sidecars is not None else (),
                          # A GPU wait may sleep without CPU: only CPU launches are watched.
                          watch_stalls=chosen_backend == "gloo" and not torch.cuda.is_available())
@@ -261,6 +281,7 @@ def _launch_once(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[
                 os.path.join(workdir, f"rank{r}", f"rank{r}.calls.json")
                 for r in range(world_size)))
         shutil.rmtree(workdir, ignore_errors=True)
+        tempdirs.release(workdir)
         if survivors and not failed:
             raise _survivor_error(survivors, qualname)
     values, comm = [], []
@@ -426,7 +447,7 @@ def _make_folders(uids: list[int | None], base: str | None) -> tuple[str, str]:
 
     Returns (launch folder, store path). Nothing the parent gives a rank is written here: the
     function and the arguments travel inside the job."""
-    workdir = tempfile.mkdtemp(prefix="mlsys-launch-", dir=base)
+    workdir = tempdirs.make("mlsys-launch-", dir=base)
     os.chmod(workdir, 0o755)  # ranks of another user must reach their own folders
     for r, uid in enumerate(uids):
         folder = os.path.join(workdir, f"rank{r}")
@@ -467,23 +488,48 @@ def _finish_rank(job: RankJob, pid: int) -> int | None:
     return max(0, written - own_files)
 
 
+def _check_disk(folder: str, cap: int, procs: list[Any], running: Any,
+                group: cgroups.LaunchGroup | None) -> None:
+    """End the launch (DiskLimitError) when its folder takes more than `cap` bytes on disk or
+    holds more than `DISK_MAX_ENTRIES` entries."""
+    used, entries = tempdirs.usage(folder, DISK_MAX_ENTRIES)
+    if used <= cap and entries <= DISK_MAX_ENTRIES:
+        return
+    if group is not None:
+        group.kill()
+    proctree.kill_trees([procs[r].pid for r in running])
+    what = (f"{used / 2**20:.0f} MiB" if used > cap
+            else f"more than {DISK_MAX_ENTRIES} files and folders")
+    raise DiskLimitError(
+        f"the launch's ranks wrote {what} to their folders, over the cap of "
+        f"{cap / 2**20:.0f} MiB and {DISK_MAX_ENTRIES} entries per launch; a rank function "
+        f"must not fill the disk (return results, write no files)")
+
+
 def _watch(procs: list[Any], jobs: list[RankJob], deadline: float, timeout: float,
            fn_name: str, *, limited: bool,
            group: cgroups.LaunchGroup | None = None,
-           helpers: Sequence[int] = (), watch_stalls: bool = True) -> list[int | None]:
+           helpers: Sequence[int] = (), watch_stalls: bool = True,
+           disk: tuple[str, int] | None = None) -> list[int | None]:
     """Wait for every rank; raise on the first failure, exit without result, or timeout — or
     as soon as every rank still running (and every helper process, `helpers`: the sidecars)
     is found hung (harness/stall.py).
 
     A rank that returned writes its result and stops itself; only then does it count as done
     (a rank that merely exits, even after forging a result file, has not returned). Returns the
-    kernel's count of bytes each rank wrote (see `_finish_rank`).
+    kernel's count of bytes each rank wrote (see `_finish_rank`). `disk`: (the launch folder,
+    its cap in bytes): past the cap (or `DISK_MAX_ENTRIES` entries) the launch is ended with
+    DiskLimitError.
     """
     world_size = len(procs)
     pending = {proc.sentinel: r for r, proc in enumerate(procs)}
     written: list[int | None] = [None] * world_size
     stall = StallWatch()
+    next_disk_check = time.monotonic()
     while pending:
+        if disk is not None and time.monotonic() >= next_disk_check:
+            next_disk_check = time.monotonic() + DISK_CHECK_S
+            _check_disk(disk[0], disk[1], procs, pending.values(), group)
         remaining = deadline - time.monotonic()
         hung = watch_stalls and stall.stalled([procs[r].pid for r in pending.values()]
                                               + list(helpers))

@@ -29,11 +29,10 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import cgroups, forkserver
+from harness import cgroups, forkserver, tempdirs
 from harness.impl import REPO_ROOT
 
 UNPRIVILEGED_UID = 65534  # nobody: the stand-in that checks another user can read the checkout
@@ -166,7 +165,7 @@ def _bwrap_args(config: SandboxConfig, base: str) -> list[str]:
         if _inside(path, readable):
             args += _hide(path)
     args += [*_bind(base, writable=True), "--chdir", base, "--clearenv"]
-    env = {"PATH": RANK_PATH, "HOME": os.path.join(base, "home"), "TMPDIR": base,
+    env = {"PATH": RANK_PATH, "HOME": base, "TMPDIR": base,
            "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     env.update({k: os.environ[k] for k in SAFE_ENV_KEYS if k in os.environ})
     for key, value in env.items():
@@ -195,6 +194,11 @@ def _rank_uid_base() -> int:
 
 
 
+def _remove(folder: str) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+    tempdirs.release(folder)
+
+
 def enable(config: SandboxConfig) -> SandboxStatus:
     """Sandbox every rank this process starts from now on. Returns what could be applied.
 
@@ -205,12 +209,14 @@ def enable(config: SandboxConfig) -> SandboxStatus:
         return _status
     if forkserver.running():
         raise RuntimeError("sandbox.enable must run before the first launch in this process")
-    base = tempfile.mkdtemp(prefix="mlsys-sandbox-")
+    tempdirs.sweep_once()  # the folders of sessions that were killed before their clean-up
+    base = tempdirs.make("mlsys-sandbox-")
     os.chmod(base, 0o755)
+    # The session's work folder: the launcher makes each launch's folder here; ranks write
+    # only inside their launch's folder (their own folder, which is also their home and temp
+    # folder, and the rendezvous), never here, and nothing here is shared among launches.
     work = os.path.join(base, "work")
-    os.makedirs(os.path.join(work, "home"))
-    os.chmod(work, 0o1777)
-    os.chmod(os.path.join(work, "home"), 0o1777)
+    os.mkdir(work, 0o755)
     applied: list[str] = []
     missing: list[str] = []
     controller = cgroups.Controller.detect(os.getpid(), max_processes=config.max_processes,
@@ -230,7 +236,7 @@ def enable(config: SandboxConfig) -> SandboxStatus:
                       "--clear-groups", "--inh-caps=-all", "--no-new-privs"]
         server = [setpriv, "--inh-caps=-all", "--bounding-set=-all,+setuid,+setgid",
                   "--no-new-privs"]
-    plain_env = ["env", "-i", f"PATH={RANK_PATH}", f"HOME={work}/home", "OMP_NUM_THREADS=1"]
+    plain_env = ["env", "-i", f"PATH={RANK_PATH}", f"HOME={work}", "OMP_NUM_THREADS=1"]
     sandbox_cmd: list[str] | None = None
     in_bwrap = False
     if shutil.which("bwrap") is None:
@@ -286,5 +292,5 @@ def enable(config: SandboxConfig) -> SandboxStatus:
         rank_uid_base=uid_base, folder_owner=folder_owner, memory_bytes=config.memory_bytes,
         private_memory=os.geteuid() == 0 or in_bwrap))
     _status = status_
-    atexit.register(shutil.rmtree, base, ignore_errors=True)
+    atexit.register(_remove, base)
     return status_

@@ -31,7 +31,6 @@ import socket
 import struct
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
@@ -41,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 
-from harness import rankfiles
+from harness import rankfiles, tempdirs
 
 if TYPE_CHECKING:
     from torch.distributed.distributed_c10d import GroupName
@@ -666,7 +665,7 @@ class SidecarSet:
         `rank_folders[r]`, where no peer can reach it, and only the connection that presents
         `tokens[r]` (handed to rank r inside its job) is served. Needs no rank to exist yet:
         the launcher starts the sidecars while the ranks start."""
-        folder = tempfile.mkdtemp(prefix="mlsys-sidecar-")  # 0700: the ranks cannot enter
+        folder = tempdirs.make("mlsys-sidecar-")  # 0700: the ranks cannot enter
         world_size = len(tokens)
         pids = server().fork([SidecarSpec(
             rank=r, world_size=world_size, store_path=os.path.join(folder, "store"),
@@ -697,6 +696,7 @@ class SidecarSet:
             except (ProcessLookupError, PermissionError):
                 pass
         shutil.rmtree(self.folder, ignore_errors=True)
+        tempdirs.release(self.folder)
 
 
 def new_token() -> str:
