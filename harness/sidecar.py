@@ -72,9 +72,10 @@ class WireRecord:
     """One backend operation a sidecar carried for its rank.
 
     `kind`: "send", "recv", "allreduce", "broadcast", "allgather", "allgather_base",
-    "reduce_scatter", "reduce_scatter_base" or "barrier"; `peer`: the other global rank of a
-    point-to-point operation (the root of a broadcast); `group_ranks`: global ranks of the
-    group, `bytes`: what the rank handed over (sends, collective inputs) or asked for (recv).
+    "reduce_scatter", "reduce_scatter_base", "gather" or "barrier"; `peer`: the other global
+    rank of a point-to-point operation (the root of a broadcast or gather); `group_ranks`:
+    global ranks of the group, `bytes`: what the rank handed over (sends, collective inputs) or
+    asked for (recv).
     """
 
     kind: str
@@ -333,6 +334,13 @@ class SidecarGroup(dist.ProcessGroup):
     def barrier(self, opts: Any = None) -> SidecarWork:
         return self._now({"op": "barrier"}, (), ())
 
+    def gather(self, output_tensors: list[list[torch.Tensor]],  # type: ignore[override]
+               input_tensors: list[torch.Tensor], opts: Any = None) -> SidecarWork:
+        root = opts.rootRank if opts is not None else 0
+        outs = output_tensors[0] if output_tensors else []
+        return self._now({"op": "gather", "peer": root, "tensors": _describe(input_tensors),
+                          "outputs": _describe(outs)}, input_tensors, outs)
+
     # The coalesced forms (functional collectives and DTensor reach the group through them):
     # one operation per tensor, in order. A Python group that lacks one of the methods the
     # communication log wraps on dist.ProcessGroup would have the wrapper found as its
@@ -512,6 +520,12 @@ class _Sidecar:
                 pg.reduce_scatter(outputs, [tensors], opts).wait()
             else:
                 pg._reduce_scatter_base(outputs[0], tensors[0], opts).wait()
+            return {}, outputs
+        if op == "gather":
+            root = int(header["peer"])
+            self._log(header, op, ranks, tensors, peer=ranks[root])
+            pg.gather([outputs] if outputs else [], tensors,
+                      _opts(dist.GatherOptions(), rootRank=root)).wait()
             return {}, outputs
         if op == "barrier":
             self._log(header, op, ranks, [])
@@ -717,7 +731,7 @@ _KIND_OF = {
     "all_gather_into_tensor": "allgather_base", "_all_gather_base": "allgather_base",
     "all_gather_single": "allgather_base", "reduce_scatter_single": "reduce_scatter_base",
     "reduce_scatter": "reduce_scatter", "reduce_scatter_tensor": "reduce_scatter_base",
-    "_reduce_scatter_base": "reduce_scatter_base", "barrier": "barrier",
+    "_reduce_scatter_base": "reduce_scatter_base", "barrier": "barrier", "gather": "gather",
 }
 # Backend operation -> the public names that reach it (what Forbid rules name).
 API_NAMES = {
@@ -727,8 +741,38 @@ API_NAMES = {
     "reduce_scatter": ("reduce_scatter",),
     "reduce_scatter_base": ("reduce_scatter_tensor", "reduce_scatter_single",
                             "_reduce_scatter_base"),
-    "barrier": ("barrier",),
+    "barrier": ("barrier",), "gather": ("gather",),
 }
+
+
+# Backend operation -> the public name it is listed under in a log made from the wire.
+_LOG_NAME = {"allreduce": "all_reduce", "allgather": "all_gather",
+             "allgather_base": "all_gather_into_tensor", "reduce_scatter": "reduce_scatter",
+             "reduce_scatter_base": "reduce_scatter_tensor"}
+_ELEMENT_SIZE = {name: torch.empty(0, dtype=dtype).element_size()
+                 for name, dtype in DTYPES.items()}
+
+
+def as_log(wire: Sequence[WireRecord]) -> list[Any]:
+    """What the sidecar carried for one rank, as a communication log (`CommRecord`s, with a
+    "mark" wherever the rank's label changes), so that suites written against the in-rank log
+    (`harness.commlog.windows`) judge the wire instead. Operations, sizes and order are the
+    wire's; the phases come from the rank's marks, which only label records (a phase with no
+    operation has no window)."""
+    from harness.commlog import CommRecord
+
+    out: list[Any] = []
+    label: str | None = None
+    for record in wire:
+        if record.label != label:
+            label = record.label
+            out.append(CommRecord(op="mark", label=label))
+        size = _ELEMENT_SIZE.get(record.dtype, 1)
+        out.append(CommRecord(op=_LOG_NAME.get(record.kind, record.kind), peer=record.peer,
+                              group_ranks=record.group_ranks, numel=record.bytes // size,
+                              bytes=record.bytes, out_numel=record.bytes // size,
+                              dtype=record.dtype))
+    return out
 
 
 def forbidden_on_wire(records: Sequence[WireRecord], forbids: Any) -> WireRecord | None:
@@ -758,6 +802,6 @@ def check_against_wire(rank: int, logged: Sequence[Any], wire: Sequence[WireReco
             f"{len(claimed)} logged, {len(carried)} carried point-to-point operations)")
 
 
-__all__ = ["BACKEND", "SidecarGroup", "SidecarSet", "WireMismatchError", "WireRecord",
+__all__ = ["BACKEND", "SidecarGroup", "SidecarSet", "WireMismatchError", "WireRecord", "as_log",
            "check_against_wire", "connect_rank", "forbidden_on_wire", "mark", "new_token",
            "socket_path"]
