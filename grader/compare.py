@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 import torch
 
+from grader import leakcheck
+
 # Unit roundoff u = 2^-(p) for a format with p bits of significand (the implicit bit included):
 # the largest relative error of one correctly rounded operation.
 UNIT_ROUNDOFF: dict[torch.dtype, float] = {
@@ -209,6 +211,7 @@ def assert_close(actual: object, expected: torch.Tensor, *, what: str,
             return f"{what}: {hint} — {problem}"
         return f"{what}: {problem}{'; ' + hint if hint else ''}"
 
+    leakcheck.compared(expected)
     if not isinstance(actual, torch.Tensor):
         raise AssertionError(first_line(f"expected a tensor, got {type(actual).__name__}"))
     if tuple(actual.shape) != tuple(expected.shape):

@@ -36,8 +36,12 @@ def launch(impl: ImplSpec):
         _launch(id, 1, impl=impl, timeout=120.0)
         LAUNCH_CLOCK["forkserver_s"] = time.perf_counter() - start
 
+    from grader.leakcheck import refuse_answer_keys
+
     @functools.wraps(_launch)
     def timed_launch(*args: Any, **kwargs: Any) -> Any:
+        refuse_answer_keys(kwargs.get("args", ()),
+                           kwargs.get("kwargs") or {}, kwargs.get("rank_args"))
         start = time.perf_counter()
         try:
             return _launch(*args, impl=impl, **kwargs)

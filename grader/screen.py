@@ -32,11 +32,13 @@ from grader.screen_rules import (
     ATTRIBUTE_FUNCTIONS,
     ATTRIBUTES,
     BUILTINS,
+    REEXPORT_RULE,
     RULES,
     allowed,
     is_course_helper,
     known_names,
     module_rule,
+    through_module,
 )
 
 __all__ = ["RULES", "Finding", "Source", "Verdict", "known_names", "screen", "screen_mutant",
@@ -108,6 +110,7 @@ class _Screen(ast.NodeVisitor):
         self.findings: list[Finding] = []
         self.aliases: dict[str, str] = {}  # local name -> dotted name it was imported as
         self.rebound: set[str] = set()  # builtin names the module defines itself
+        self.called: set[int] = set()  # ids of the Name nodes that are called (`getattr(...)`)
         self.imports_triton = False
 
     def add(self, node: ast.AST, rule: str, what: str, name: str) -> None:
@@ -152,8 +155,23 @@ class _Screen(ast.NodeVisitor):
         self.imports_triton |= dotted == "triton" or dotted.startswith("triton.")
         found = module_rule(dotted)
         if found is None:
-            return False
+            return self._check_through(node, dotted)
         self.add(node, found[0], what, dotted)
+        return True
+
+    def _check_through(self, node: ast.AST, dotted: str) -> bool:
+        """A chain through a standard module another one re-exports (`torch.os.fork`,
+        `numpy.os`): screened as that module's name, or as reaching the module at all."""
+        through = through_module(dotted)
+        if through is None:
+            return False
+        module, rest = through
+        found = module_rule(rest)
+        if found is not None:
+            self.add(node, found[0], f"uses {rest} through {dotted}", rest)
+        else:
+            self.add(node, REEXPORT_RULE, f"reaches the {module} module through {dotted}",
+                     module)
         return True
 
     # names and attributes
@@ -170,9 +188,17 @@ class _Screen(ast.NodeVisitor):
         if node.id in self.aliases:
             dotted = self.aliases[node.id]
             found = module_rule(dotted)
-            if found is not None and not isinstance(node.ctx, ast.Store):
+            if isinstance(node.ctx, ast.Store):
+                return
+            if found is not None:
                 self.add(node, found[0], f"uses {dotted}", dotted)
+            else:
+                self._check_through(node, dotted)
             return
+        if node.id in ATTRIBUTE_FUNCTIONS and node.id not in self.rebound \
+                and id(node) not in self.called:  # `_ga = getattr`: calls the screen misses
+            self.add(node, "no-computed-attribute", f"uses {node.id} as a value (only direct "
+                     f"calls with a literal name are read)", node.id)
         rule = BUILTINS.get(node.id)
         if rule and (node.id not in self.rebound or node.id == "__builtins__"):
             self.add(node, rule, f"calls {node.id}()" if node.id != "__builtins__"
@@ -185,6 +211,8 @@ class _Screen(ast.NodeVisitor):
             if found is not None:
                 self.add(node, found[0], f"uses {dotted}", dotted)
                 return  # the chain is reported once, at its longest screened name
+            if self._check_through(node, dotted):
+                return
             if isinstance(node.ctx, (ast.Store, ast.Del)):
                 self.add(node, "no-monkeypatching", f"assigns {dotted}", dotted)
         rule = ATTRIBUTES.get(node.attr)
@@ -194,6 +222,8 @@ class _Screen(ast.NodeVisitor):
 
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
+        if isinstance(func, ast.Name):
+            self.called.add(id(func))
         name = func.id if isinstance(func, ast.Name) and func.id not in self.rebound else None
         if isinstance(func, ast.Attribute) and func.attr in ("__getattribute__",
                                                               "__setattr__", "__delattr__"):
@@ -214,6 +244,8 @@ class _Screen(ast.NodeVisitor):
                 if found is not None:  # getattr(dist, "_world") is dist._world
                     self.add(node, found[0], f"uses {owner}.{literal.value} through {name}()",
                              f"{owner}.{literal.value}")
+                elif owner:  # getattr(torch, "os") is torch.os
+                    self._check_through(node, f"{owner}.{literal.value}")
             elif literal is not None:
                 self.add(node, "no-computed-attribute",
                          f"calls {name}() with a name that is not a string literal",

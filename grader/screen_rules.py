@@ -15,7 +15,12 @@ Rules (`RULES`), each a set of dotted names resolved through the module's own im
     no-files             open(), pathlib, shutil, tempfile, os file operations, file-backed
                          tensors and stores (torch.from_file, .from_file, FileStore)
     no-environment       os.environ, os.getenv, ...
-    no-course-internals  grader.*, solutions.*, harness.* other than harness.graphs
+    no-course-internals  grader.*, solutions.*, harness.* other than harness.graphs;
+                         torch.ops, torch.distributed's private modules (`_functional_
+                         collectives`, `_world`, ...)
+    (any rule)           a module reached through another module's attributes is screened as
+                         itself (`torch.os.fork` is `os.fork`, `numpy.os` is `os`), and a
+                         screened builtin used as a value (`_ga = getattr`) is screened
     kernel-wrappers      in a module that imports triton: torch's compilers, tracers and
                          dispatch internals (torch.compile, torch.jit, torch.utils, ...);
                          numpy; reading tensor data into Python (.tolist(), .numpy(),
@@ -104,8 +109,25 @@ MODULES: dict[str, tuple[str, ...]] = {
     "no-environment": ("os.environ", "os.environb", "os.getenv", "os.getenvb", "os.putenv",
                        "os.unsetenv"),
     "no-course-internals": ("grader", "solutions", "harness", "_pytest", "pytest", "conftest",
-                            "torch.distributed._world"),
+                            "torch.distributed._world", "torch.ops", "torch._ops",
+                            "torch.distributed._functional_collectives",
+                            "torch.distributed._functional_collectives_impl"),
 }
+# Private torch.distributed modules (`torch.distributed._<name>`): their collectives reach the
+# backend without passing through the functions the harness wraps.
+PRIVATE_PREFIXES = {"torch.distributed._": "no-course-internals"}
+# Standard modules that packages re-export as attributes (`torch.os`, `torch.sys`, `numpy.os`):
+# a chain through one of them is screened as the module itself.
+# (Not `signal`, `select` or `io`: torch.signal and torch.select are torch's own.)
+REEXPORTED_MODULES = frozenset({
+    "os", "sys", "subprocess", "builtins", "importlib", "ctypes", "socket", "pickle", "shutil",
+    "threading", "multiprocessing", "gc", "inspect", "marshal", "weakref", "traceback",
+    "tempfile", "pathlib", "glob", "atexit", "runpy", "_thread", "cloudpickle", "faulthandler",
+    "linecache",
+})
+# Modules that, reached through another module, are screened even when nothing follows
+# (`o = numpy.os` hands out the module and every screened function in it).
+REEXPORT_RULE = "no-interpreter-state"
 # Exceptions to no-course-internals: the rank-side helpers the stubs document.
 COURSE_HELPERS = ("harness.graphs", "assignments")
 
@@ -154,6 +176,16 @@ def allowed(name: str, rule: str, allow: Iterable[str]) -> bool:
     return any(entry in (rule, name) or name.startswith(entry + ".") for entry in allow)
 
 
+def through_module(dotted: str) -> tuple[str, str] | None:
+    """(the standard module reached, the rest from it) when `dotted` goes through a standard
+    module re-exported by another one (`torch.os.fork` -> ("os", "os.fork")); else None."""
+    parts = dotted.split(".")
+    for i, part in enumerate(parts[1:], start=1):
+        if part in REEXPORTED_MODULES:
+            return part, ".".join(parts[i:])
+    return None
+
+
 def is_course_helper(dotted: str) -> bool:
     """Whether a dotted name is (under) a rank-side helper the stubs document."""
     return any(dotted == h or dotted.startswith(h + ".") for h in COURSE_HELPERS)
@@ -165,6 +197,9 @@ def module_rule(dotted: str) -> tuple[str, str] | None:
     if is_course_helper(dotted):
         return None
     best: tuple[str, str] | None = None
+    for prefix, rule in PRIVATE_PREFIXES.items():
+        if dotted.startswith(prefix):
+            best = (rule, ".".join(dotted.split(".")[:3]))
     for rule, names in MODULES.items():
         for name in names:
             if (dotted == name or dotted.startswith(name + ".")) \

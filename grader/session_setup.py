@@ -84,8 +84,7 @@ def enable_sandbox(mode: str, impl: ImplSpec, hidden_roots: list[Path]) -> dict[
     hide = [str(p) for p in hidden_roots] + [str(REPO_ROOT / ".git")]
     if not (impl.kind in ("solutions", "mutant") and Path(impl.root) == solutions):
         hide.append(str(solutions))
-    outside = impl.kind == "dir" or not Path(impl.root).is_relative_to(REPO_ROOT)
-    readable = [impl.root] if outside else []
+    readable = [impl.root]  # the code under test: the sandbox binds only what ranks need
     status = sandbox.enable(sandbox.SandboxConfig(hide=tuple(hide), readable=tuple(readable)))
     if mode == "strict" and status.mode != "full":
         raise pytest.UsageError(f"{status.summary}; --sandbox strict needs the full sandbox")

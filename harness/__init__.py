@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from harness.commlog import COMMUNICATION_APIS, P2P_APIS, CommRecord, Forbid
     from harness.context import RankContext, storage_bytes
     from harness.errors import (
+        DiskLimitError,
         ForbiddenCallError,
         LaunchError,
         NotImplementedInRank,
@@ -32,12 +33,13 @@ _HOME = {
     "Forbid": "commlog", "RankContext": "context", "storage_bytes": "context",
     "ForbiddenCallError": "errors", "LaunchError": "errors", "NotImplementedInRank": "errors",
     "PayloadError": "errors", "RankExit": "errors", "RankFailure": "errors",
-    "RankTimeout": "errors", "SurvivorError": "errors",
+    "RankTimeout": "errors", "SurvivorError": "errors", "DiskLimitError": "errors",
     "LaunchResult": "launcher", "launch": "launcher",
 }
 
 __all__ = [
-    "COMMUNICATION_APIS", "P2P_APIS", "CommRecord", "Forbid", "ForbiddenCallError",
+    "COMMUNICATION_APIS", "P2P_APIS", "CommRecord", "DiskLimitError", "Forbid",
+    "ForbiddenCallError",
     "LaunchError", "LaunchResult", "NotImplementedInRank", "PayloadError", "RankContext",
     "RankExit", "RankFailure", "RankTimeout", "SurvivorError", "launch", "storage_bytes",
 ]

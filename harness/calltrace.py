@@ -31,11 +31,14 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
+from harness import rankfiles
+
 __all__ = ["Coverage", "collecting", "disable", "enable", "report", "save", "start",
            "traced_impl"]
 
 _CO_OPTIMIZED = 0x0001  # set on function code objects, not on class or module bodies
 MAX_NAMES = 10_000
+CALLS_BYTES = 4 * 1024 * 1024  # a rank's saved names, read with this cap
 
 
 # -- parent side ----------------------------------------------------------------------------
@@ -130,8 +133,7 @@ def read_ranks(paths: Iterable[str]) -> Coverage:
     total = Coverage(launches=1)
     for path in paths:
         try:
-            with open(path, encoding="utf-8") as f:
-                rank = Coverage.from_plain(json.load(f))
+            rank = Coverage.from_plain(json.loads(rankfiles.read_text(path, CALLS_BYTES)))
             total.names |= rank.names
             total.complete &= rank.complete
         except (OSError, ValueError):

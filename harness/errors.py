@@ -14,6 +14,11 @@ class LaunchError(AssertionError):
     """Base class: a multi-rank call did not return cleanly."""
 
 
+class DiskLimitError(LaunchError):
+    """The launch's ranks wrote more to their folders than a launch may keep on disk
+    (`harness.launcher.DISK_CAP_BYTES`); the launch was ended."""
+
+
 class RankFailure(LaunchError):
     """A rank raised an exception.
 

@@ -13,6 +13,7 @@ import signal
 import time
 from typing import Any
 
+from harness import rankfiles
 from harness.errors import (
     ForbiddenCallError,
     LaunchError,
@@ -30,25 +31,23 @@ STACK_DUMP_WAIT_S = 2.0
 
 
 def _tail(path: str, chars: int = OUTPUT_TAIL_CHARS) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - chars))
-            text = f.read().decode(errors="replace")
-    except OSError:
-        return ""
-    return ("…" + text) if size > chars else text
+    return rankfiles.tail(path, chars)
+
+
+ERROR_REPORT_BYTES = 1_000_000
 
 
 def _read_error(path: str) -> dict[str, Any] | None:
     try:
-        if os.path.getsize(path) > 1_000_000:
-            return {"type": "RankError", "message": "error report too large", "traceback": "",
-                    "time": 0.0}
-        with open(path) as f:
-            report = json.load(f)
-    except (OSError, ValueError):
+        text = rankfiles.read_text(path, ERROR_REPORT_BYTES)
+    except rankfiles.RankFileError as exc:
+        return {"type": "RankError", "message": f"error report refused: {exc.why}",
+                "traceback": "", "time": 0.0}
+    except OSError:
+        return None
+    try:
+        report = json.loads(text)
+    except ValueError:
         return None
     if not isinstance(report, dict):
         return None
@@ -110,8 +109,7 @@ def collect_stacks(procs: list[Any], jobs: list[RankJob], live: set[int]) -> dic
     deadline = time.monotonic() + STACK_DUMP_WAIT_S
     sizes: dict[int, int] = {}
     while time.monotonic() < deadline:
-        now = {r: os.path.getsize(jobs[r].path("stack")) if os.path.exists(jobs[r].path("stack"))
-               else 0 for r in live}
+        now = {r: rankfiles.size(jobs[r].path("stack")) for r in live}
         if all(now[r] > 0 for r in live) and now == sizes:
             break
         sizes = now

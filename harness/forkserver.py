@@ -13,13 +13,14 @@ The harness names none of its callers' modules: a caller (a pytest plugin) passe
 
 from __future__ import annotations
 
+import atexit
 import io
 import multiprocessing
 import multiprocessing.forkserver
 import os
 import shlex
+import shutil
 import sys
-import tempfile
 import time
 import types
 from collections.abc import Callable, Iterable, Iterator
@@ -27,7 +28,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from harness import procfs
+from harness import procfs, tempdirs
 
 # What every rank would otherwise import for itself. numpy.random (its seeding: about 9 C
 # extension modules) and torch's serialization helpers (the job's arguments) cost tens of ms per
@@ -371,11 +372,18 @@ def _temporary_env(values: dict[str, str]) -> Iterator[None]:
                 os.environ[key] = old
 
 
+def _remove_folder(folder: str) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+    tempdirs.release(folder)
+
+
 def _write_interpreter(prefix: list[str], setup_lines: list[str]) -> str:
     """A wrapper that starts Python (under `prefix`, e.g. the sandbox) through harness/shim.py."""
     shim = os.path.join(os.path.dirname(os.path.abspath(__file__)), "shim.py")
-    folder = tempfile.mkdtemp(prefix="mlsys-interpreter-")
+    tempdirs.sweep_once()  # the folders of sessions that were killed before their clean-up
+    folder = tempdirs.make("mlsys-interpreter-")
     os.chmod(folder, 0o755)
+    atexit.register(_remove_folder, folder)
     path = os.path.join(folder, "python")
     command = [*prefix, sys.executable, "-I", shim]
     with open(path, "w") as f:

@@ -18,7 +18,6 @@ import io
 import os
 import shutil
 import signal
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -28,9 +27,25 @@ from typing import Any
 
 import torch
 
-from harness import calltrace, cgroups, failures, forkserver, payload, procfs, proctree
+from harness import (
+    calltrace,
+    cgroups,
+    failures,
+    forkserver,
+    payload,
+    procfs,
+    proctree,
+    rankfiles,
+    tempdirs,
+)
 from harness.commlog import CommRecord, Forbid
-from harness.errors import ForbiddenCallError, PayloadError, RankFailure, SurvivorError
+from harness.errors import (
+    DiskLimitError,
+    ForbiddenCallError,
+    PayloadError,
+    RankFailure,
+    SurvivorError,
+)
 from harness.forkserver import configure, mp_context, preload
 from harness.impl import ImplSpec, resolve_impl
 from harness.rankmain import RENDEZVOUS_ERROR, RankJob, rank_entry
@@ -44,10 +59,17 @@ from harness.sidecar import (
 from harness.sidecar import server as sidecar_server
 from harness.stall import StallWatch
 
-__all__ = ["LaunchResult", "configure", "launch", "mp_context", "preload", "resolve_backend",
-           "set_rank_threads"]
+__all__ = ["LaunchResult", "configure", "launch", "mp_context", "observe_arguments", "preload",
+           "resolve_backend", "set_rank_threads"]
 
 MAX_FILE_BYTES = 256 * 1024 * 1024
+# What one launch may keep on disk in its folder (every rank's folder, home and temp folder
+# under the sandbox, and the rendezvous folder), by lstat and blocks; more for launches whose
+# results alone could take more. Checked every DISK_CHECK_S by the parent, which ends the
+# launch past it (DiskLimitError); RLIMIT_FSIZE (MAX_FILE_BYTES) caps each file meanwhile.
+DISK_CAP_BYTES = 1024 * 1024 * 1024
+DISK_MAX_ENTRIES = 20_000
+DISK_CHECK_S = 0.25
 _rank_threads = 1
 
 
@@ -98,6 +120,15 @@ class LaunchResult:
         return written - sent
 
 
+_argument_observers: list[Callable[[str, Any, Any, Any], None]] = []
+
+
+def observe_arguments(observer: Callable[[str, Any, Any, Any], None]) -> None:
+    """Call `observer(fn_qualname, args, kwargs, rank_args)` for every launch from now on,
+    before the ranks start (the grader's leak check: `grader/leakcheck.py`)."""
+    _argument_observers.append(observer)
+
+
 def resolve_backend(backend: str, world_size: int) -> str:
     """`auto`: NCCL when CUDA devices cover the world size, else gloo (CPU tensors)."""
     if backend == "auto":
@@ -113,7 +144,7 @@ def launch(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] =
            impl: str | ImplSpec = "assignments", backend: str = "auto", timeout: float = 30.0,
            forbid: Forbid | None = None, seed: int = 0, env: dict[str, str] | None = None,
            max_result_bytes: int = payload.DEFAULT_MAX_BYTES,
-           transport: str = "in-rank") -> LaunchResult:
+           transport: str = "in-rank", functional_collectives: bool = False) -> LaunchResult:
     """Run `fn(ctx, *args, *rank_args[r], **kwargs)` on `world_size` fresh rank processes.
 
     Returns a LaunchResult. Raises (in this process): NotImplementedInRank, RankFailure,
@@ -124,7 +155,11 @@ def launch(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] =
     rank's traffic is carried and logged by a sidecar process outside the rank
     (harness/sidecar.py); the launch
     then also raises ForbiddenCallError for a forbidden operation on the wire and
-    WireMismatchError when a rank's log disagrees with what was carried.
+    WireMismatchError when a rank's log disagrees with what was carried. Functional collectives
+    (`torch.distributed._functional_collectives`, `torch.ops._c10d_functional`) go around the
+    in-rank log: the sidecar carries and counts them; with the in-rank transport they raise
+    ForbiddenCallError in the rank unless `functional_collectives=True` (for launches that
+    judge values only; harness/funcol.py).
 
     A launch whose ranks could not join their process group (gloo's connection set-up failing,
     as it rarely does on a loaded machine, before `fn` ran on any rank: `RENDEZVOUS_ERROR`) is
@@ -135,7 +170,8 @@ def launch(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] =
             return _launch_once(fn, world_size, args=args, kwargs=kwargs, rank_args=rank_args,
                                 impl=impl, backend=backend, timeout=timeout, forbid=forbid,
                                 seed=seed, env=env, max_result_bytes=max_result_bytes,
-                                transport=transport)
+                                transport=transport,
+                                functional_collectives=functional_collectives)
         except RankFailure as exc:
             if exc.exc_type != RENDEZVOUS_ERROR or attempt == RENDEZVOUS_ATTEMPTS - 1:
                 raise
@@ -152,7 +188,8 @@ def _launch_once(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[
                  timeout: float = 30.0, forbid: Forbid | None = None, seed: int = 0,
                  env: dict[str, str] | None = None,
                  max_result_bytes: int = payload.DEFAULT_MAX_BYTES,
-                 transport: str = "in-rank") -> LaunchResult:
+                 transport: str = "in-rank",
+                 functional_collectives: bool = False) -> LaunchResult:
     """One attempt of `launch` (same arguments)."""
     if transport not in ("in-rank", "sidecar"):
         raise ValueError(f"transport must be 'in-rank' or 'sidecar', not {transport!r}")
@@ -164,6 +201,8 @@ def _launch_once(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[
         raise ValueError(f"timeout must be positive, not {timeout}")
     fn_bytes = forkserver.pickle_rank_function(fn)
     qualname = fn.__qualname__
+    for observer in _argument_observers:
+        observer(qualname, tuple(args), dict(kwargs or {}), rank_args)
     spec = impl if isinstance(impl, ImplSpec) else resolve_impl(impl)
     chosen_backend = resolve_backend(backend, world_size)
     if transport == "sidecar":
@@ -186,6 +225,10 @@ def _launch_once(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[
     owners = [uid if uid is not None else wrapper.folder_owner if wrapper else None
               for uid in uids]
     workdir, store_path = _make_folders(owners, forkserver.workdir_base())
+    disk_cap = max(DISK_CAP_BYTES, world_size * 2 * max_result_bytes)
+    # Under the sandbox each rank's home and temp folder are its own folder (0700, its user's):
+    # no folder shared among ranks but the rendezvous, and all of it under the disk cap.
+    private = () if wrapper is None else ("HOME", "TMPDIR")
     procs: list[Any] = []
     sidecars: SidecarSet | None = None
     starting: _Background | None = None
@@ -202,8 +245,11 @@ def _launch_once(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[
                         max_processes=_process_limit(wrapper, group),
                         fn_bytes=fn_bytes, args_bytes=args_bytes, rank_args_bytes=own_args[r],
                         uid=uids[r], private_memory=bool(wrapper and wrapper.private_memory),
-                        env={**forkserver.rank_env(), **(env or {})}, threads=_rank_threads,
+                        env={**forkserver.rank_env(), **(env or {}),
+                             **{key: os.path.join(workdir, f"rank{r}") for key in private}},
+                        threads=_rank_threads,
                         transport=transport, sidecar_token=tokens[r],
+                        functional_collectives=functional_collectives,
                         trace_prefix=spec.root if spec.text == calltrace.traced_impl() else "")
                 for r in range(world_size)]
         if transport == "sidecar":  # started while the ranks start: a rank waits for its own
@@ -215,6 +261,7 @@ def _launch_once(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[
             sidecars = starting.result()
         written = _watch(procs, jobs, started + timeout, timeout, qualname,
                          limited=wrapper is not None, group=group,
+                         disk=(workdir, disk_cap),
                          helpers=sidecars.pids if sidecars is not None else (),
                          # A GPU wait may sleep without CPU: only CPU launches are watched.
                          watch_stalls=chosen_backend == "gloo" and not torch.cuda.is_available())
@@ -240,6 +287,7 @@ def _launch_once(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[
                 os.path.join(workdir, f"rank{r}", f"rank{r}.calls.json")
                 for r in range(world_size)))
         shutil.rmtree(workdir, ignore_errors=True)
+        tempdirs.release(workdir)
         if survivors and not failed:
             raise _survivor_error(survivors, qualname)
     values, comm = [], []
@@ -405,7 +453,7 @@ def _make_folders(uids: list[int | None], base: str | None) -> tuple[str, str]:
 
     Returns (launch folder, store path). Nothing the parent gives a rank is written here: the
     function and the arguments travel inside the job."""
-    workdir = tempfile.mkdtemp(prefix="mlsys-launch-", dir=base)
+    workdir = tempdirs.make("mlsys-launch-", dir=base)
     os.chmod(workdir, 0o755)  # ranks of another user must reach their own folders
     for r, uid in enumerate(uids):
         folder = os.path.join(workdir, f"rank{r}")
@@ -439,34 +487,55 @@ def _finish_rank(job: RankJob, pid: int) -> int | None:
         pass
     if written is None:
         return None
-    own_files = 0
-    for suffix in ("log", "result.pt", "stack", "error.json"):
-        try:
-            info = os.stat(job.path(suffix))
-        except OSError:
-            continue
-        # Bytes on disk, not the apparent size: a sparse truncate grows the size for free.
-        own_files += min(info.st_size, info.st_blocks * 512)
+    # lstat, one link, blocks on disk (harness/rankfiles.py): a symlink, a hard link shared
+    # with the rendezvous folder or a sparse truncate cancels none of the bytes written.
+    own_files = rankfiles.own_bytes(job.path(suffix)
+                                    for suffix in ("log", "result.pt", "stack", "error.json"))
     return max(0, written - own_files)
+
+
+def _check_disk(folder: str, cap: int, procs: list[Any], running: Any,
+                group: cgroups.LaunchGroup | None) -> None:
+    """End the launch (DiskLimitError) when its folder takes more than `cap` bytes on disk or
+    holds more than `DISK_MAX_ENTRIES` entries."""
+    used, entries = tempdirs.usage(folder, DISK_MAX_ENTRIES)
+    if used <= cap and entries <= DISK_MAX_ENTRIES:
+        return
+    if group is not None:
+        group.kill()
+    proctree.kill_trees([procs[r].pid for r in running])
+    what = (f"{used / 2**20:.0f} MiB" if used > cap
+            else f"more than {DISK_MAX_ENTRIES} files and folders")
+    raise DiskLimitError(
+        f"the launch's ranks wrote {what} to their folders, over the cap of "
+        f"{cap / 2**20:.0f} MiB and {DISK_MAX_ENTRIES} entries per launch; a rank function "
+        f"must not fill the disk (return results, write no files)")
 
 
 def _watch(procs: list[Any], jobs: list[RankJob], deadline: float, timeout: float,
            fn_name: str, *, limited: bool,
            group: cgroups.LaunchGroup | None = None,
-           helpers: Sequence[int] = (), watch_stalls: bool = True) -> list[int | None]:
+           helpers: Sequence[int] = (), watch_stalls: bool = True,
+           disk: tuple[str, int] | None = None) -> list[int | None]:
     """Wait for every rank; raise on the first failure, exit without result, or timeout — or
     as soon as every rank still running (and every helper process, `helpers`: the sidecars)
     is found hung (harness/stall.py).
 
     A rank that returned writes its result and stops itself; only then does it count as done
     (a rank that merely exits, even after forging a result file, has not returned). Returns the
-    kernel's count of bytes each rank wrote (see `_finish_rank`).
+    kernel's count of bytes each rank wrote (see `_finish_rank`). `disk`: (the launch folder,
+    its cap in bytes): past the cap (or `DISK_MAX_ENTRIES` entries) the launch is ended with
+    DiskLimitError.
     """
     world_size = len(procs)
     pending = {proc.sentinel: r for r, proc in enumerate(procs)}
     written: list[int | None] = [None] * world_size
     stall = StallWatch()
+    next_disk_check = time.monotonic()
     while pending:
+        if disk is not None and time.monotonic() >= next_disk_check:
+            next_disk_check = time.monotonic() + DISK_CHECK_S
+            _check_disk(disk[0], disk[1], procs, pending.values(), group)
         remaining = deadline - time.monotonic()
         hung = watch_stalls and stall.stalled([procs[r].pid for r in pending.values()]
                                               + list(helpers))

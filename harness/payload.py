@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from harness import rankfiles
 from harness.errors import PayloadError
 from harness.payload_rules import CAPS, DEFAULT_MAX_BYTES, SCALARS, Caps, caps_for, check_view
 from harness.payload_scan import Summary, inspect
@@ -115,16 +116,11 @@ def load(path: str, max_bytes: int = DEFAULT_MAX_BYTES, *, who: str = "the rank"
     """
     caps = caps_for(max_bytes)
     try:
-        size = os.path.getsize(path)
-        if size > caps.max_bytes + 4096:
-            raise PayloadError(f"{who} wrote a result file of {size} bytes, over the cap of "
-                               f"{caps.max_bytes}")
-        with open(path, "rb") as f:
-            data = f.read(caps.max_bytes + 4097)
+        data = rankfiles.read_capped(path, caps.max_bytes + 4096)
+    except rankfiles.RankFileError as exc:
+        raise PayloadError(f"{who}: result file refused: {exc.why}") from None
     except OSError as exc:
         raise PayloadError(f"{who}: unreadable result file ({exc.strerror})") from None
-    if len(data) > caps.max_bytes + 4096:
-        raise PayloadError(f"{who} wrote a result file over the cap of {caps.max_bytes} bytes")
     inspect(data, caps, who=who)
     try:
         value = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from harness import calltrace, payload
+from harness import calltrace, funcol, payload
 from harness.commlog import CommLog, Forbid
 from harness.context import RankContext
 from harness.errors import ForbiddenCallError
@@ -72,6 +72,9 @@ class RankJob:
     transport: str = "in-rank"  # or "sidecar": harness/sidecar.py carries the traffic
     sidecar_token: str = field(default="", repr=False)  # presented to this rank's sidecar
     trace_prefix: str = ""  # selfcheck's coverage: record the functions run from this folder
+    # In-rank transport only: leave functional collectives available (harness/funcol.py); for
+    # launches that judge values only. The sidecar carries and counts them anyway.
+    functional_collectives: bool = False
 
     def path(self, suffix: str) -> str:
         return os.path.join(self.workdir, f"rank{self.rank}.{suffix}")
@@ -182,6 +185,8 @@ def _run(job: RankJob) -> tuple[Any, CommLog]:
                                 timeout=timedelta(seconds=job.pg_timeout_s))
     except Exception as exc:  # the parent makes the launch again (see launch)
         raise RendezvousError(f"joining the process group failed: {exc}") from exc
+    if job.transport == "in-rank" and not job.functional_collectives:
+        funcol.block()  # nothing would count them: not available (harness/funcol.py)
     log = CommLog(job.forbid)
     log.install()
     ctx = RankContext(rank=job.rank, world_size=job.world_size, local_rank=job.rank,

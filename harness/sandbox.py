@@ -6,9 +6,10 @@ through a small wrapper script that enters `bwrap`:
 - a PID namespace of its own (the ranks see the forkserver and each other, no host process),
   a network namespace with only loopback up (gloo still works), no shared IPC;
 - an allow-listed file system, read-only: the system's programs and libraries (/usr, /etc),
-  the interpreter and its packages, this checkout (its hidden suites, solutions unless under
-  test, and `.git` covered), the submission; a fresh /tmp and the session's work folder —
-  no home, no other checkout, no /proc of other processes;
+  the interpreter and its packages, of this checkout only what ranks import (`RANK_CHECKOUT`:
+  the harness, assignments/, a few grader modules; not grader/tests, the instructor tools, the
+  hidden suites, solutions unless under test, or `.git`), the submission; a fresh /tmp and the
+  session's work folder — no home, no other checkout, no /proc of other processes;
 - a cleared environment, then `python -I` (no sitecustomize, .pth of the user site, PYTHON*).
 As root, the forkserver keeps only the capabilities to change user, and each rank becomes a
 user of its own (`RANK_UID_FIRST` and up) before any code under test runs: a rank cannot read or
@@ -28,11 +29,10 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import cgroups, forkserver
+from harness import cgroups, forkserver, tempdirs
 from harness.impl import REPO_ROOT
 
 UNPRIVILEGED_UID = 65534  # nobody: the stand-in that checks another user can read the checkout
@@ -97,10 +97,27 @@ def _runner_files() -> list[str]:
     return [os.environ[key] for key in RUNNER_ENV_PATHS if os.environ.get(key)]
 
 
+# What ranks need of the checkout, and nothing else of it: the harness, the provided modules and
+# stubs, and the few grader modules that rank functions import (seeds, tolerances). Not bound:
+# grader/tests (grader/tests/independent holds a correct implementation of every assignment),
+# the instructor tools, the hidden suites, solutions/ (unless it is the code under test, then
+# it comes in as `SandboxConfig.readable`), .git, docs. A grader module a rank imports must be
+# listed here (harness/tests/test_sandbox.py checks the suites' imports against it); the GPU
+# suite's timing runs import grader/bench.
+RANK_CHECKOUT = ("harness", "assignments", "grader/__init__.py", "grader/seeds.py",
+                 "grader/compare.py", "grader/leakcheck.py", "grader/bench")
+
+
 def _required_paths() -> list[str]:
-    """What ranks need: the course checkout and the interpreter with its packages."""
+    """What ranks need: what `RANK_CHECKOUT` lists of the checkout, and the interpreter with
+    its packages."""
     executable_dir = os.path.dirname(os.path.realpath(sys.executable))
-    paths = [str(REPO_ROOT), sys.prefix, sys.base_prefix, executable_dir]
+    paths = [*(str(REPO_ROOT / part) for part in RANK_CHECKOUT), sys.prefix, sys.base_prefix,
+             executable_dir]
+    for path in (sys.prefix, sys.executable):  # a venv inside the checkout: its link too
+        if _inside(path, [str(REPO_ROOT)]):
+            top = REPO_ROOT / Path(path).relative_to(REPO_ROOT).parts[0]
+            paths.append(str(top))
     return paths + [os.path.realpath(p) for p in paths if os.path.realpath(p) != p]
 
 
@@ -148,7 +165,7 @@ def _bwrap_args(config: SandboxConfig, base: str) -> list[str]:
         if _inside(path, readable):
             args += _hide(path)
     args += [*_bind(base, writable=True), "--chdir", base, "--clearenv"]
-    env = {"PATH": RANK_PATH, "HOME": os.path.join(base, "home"), "TMPDIR": base,
+    env = {"PATH": RANK_PATH, "HOME": base, "TMPDIR": base,
            "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     env.update({k: os.environ[k] for k in SAFE_ENV_KEYS if k in os.environ})
     for key, value in env.items():
@@ -177,6 +194,11 @@ def _rank_uid_base() -> int:
 
 
 
+def _remove(folder: str) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+    tempdirs.release(folder)
+
+
 def enable(config: SandboxConfig) -> SandboxStatus:
     """Sandbox every rank this process starts from now on. Returns what could be applied.
 
@@ -187,12 +209,14 @@ def enable(config: SandboxConfig) -> SandboxStatus:
         return _status
     if forkserver.running():
         raise RuntimeError("sandbox.enable must run before the first launch in this process")
-    base = tempfile.mkdtemp(prefix="mlsys-sandbox-")
+    tempdirs.sweep_once()  # the folders of sessions that were killed before their clean-up
+    base = tempdirs.make("mlsys-sandbox-")
     os.chmod(base, 0o755)
+    # The session's work folder: the launcher makes each launch's folder here; ranks write
+    # only inside their launch's folder (their own folder, which is also their home and temp
+    # folder, and the rendezvous), never here, and nothing here is shared among launches.
     work = os.path.join(base, "work")
-    os.makedirs(os.path.join(work, "home"))
-    os.chmod(work, 0o1777)
-    os.chmod(os.path.join(work, "home"), 0o1777)
+    os.mkdir(work, 0o755)
     applied: list[str] = []
     missing: list[str] = []
     controller = cgroups.Controller.detect(os.getpid(), max_processes=config.max_processes,
@@ -212,7 +236,7 @@ def enable(config: SandboxConfig) -> SandboxStatus:
                       "--clear-groups", "--inh-caps=-all", "--no-new-privs"]
         server = [setpriv, "--inh-caps=-all", "--bounding-set=-all,+setuid,+setgid",
                   "--no-new-privs"]
-    plain_env = ["env", "-i", f"PATH={RANK_PATH}", f"HOME={work}/home", "OMP_NUM_THREADS=1"]
+    plain_env = ["env", "-i", f"PATH={RANK_PATH}", f"HOME={work}", "OMP_NUM_THREADS=1"]
     sandbox_cmd: list[str] | None = None
     in_bwrap = False
     if shutil.which("bwrap") is None:
@@ -268,5 +292,5 @@ def enable(config: SandboxConfig) -> SandboxStatus:
         rank_uid_base=uid_base, folder_owner=folder_owner, memory_bytes=config.memory_bytes,
         private_memory=os.geteuid() == 0 or in_bwrap))
     _status = status_
-    atexit.register(shutil.rmtree, base, ignore_errors=True)
+    atexit.register(_remove, base)
     return status_

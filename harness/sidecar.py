@@ -31,7 +31,6 @@ import socket
 import struct
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
@@ -40,6 +39,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
+
+from harness import rankfiles, tempdirs
 
 if TYPE_CHECKING:
     from torch.distributed.distributed_c10d import GroupName
@@ -56,6 +57,7 @@ HANDSHAKE_S = 5.0  # how long a new connection may take to present it
 MAX_HEADER_BYTES = 1 << 20
 MAX_PAYLOAD_BYTES = 256 * 1024 * 1024  # the rank's own file-size cap (launcher.MAX_FILE_BYTES)
 MAX_PENDING = 256  # operations posted and not yet waited for
+WIRE_LOG_BYTES = 64 * 1024 * 1024  # a sidecar's wire log, read with this cap
 DTYPES = {str(d).removeprefix("torch."): d for d in (
     torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.uint8, torch.int8,
     torch.int16, torch.int32, torch.int64, torch.bool, torch.complex64, torch.complex128)}
@@ -70,9 +72,10 @@ class WireRecord:
     """One backend operation a sidecar carried for its rank.
 
     `kind`: "send", "recv", "allreduce", "broadcast", "allgather", "allgather_base",
-    "reduce_scatter", "reduce_scatter_base" or "barrier"; `peer`: the other global rank of a
-    point-to-point operation (the root of a broadcast); `group_ranks`: global ranks of the
-    group, `bytes`: what the rank handed over (sends, collective inputs) or asked for (recv).
+    "reduce_scatter", "reduce_scatter_base", "gather" or "barrier"; `peer`: the other global
+    rank of a point-to-point operation (the root of a broadcast or gather); `group_ranks`:
+    global ranks of the group, `bytes`: what the rank handed over (sends, collective inputs) or
+    asked for (recv).
     """
 
     kind: str
@@ -331,6 +334,37 @@ class SidecarGroup(dist.ProcessGroup):
     def barrier(self, opts: Any = None) -> SidecarWork:
         return self._now({"op": "barrier"}, (), ())
 
+    def gather(self, output_tensors: list[list[torch.Tensor]],  # type: ignore[override]
+               input_tensors: list[torch.Tensor], opts: Any = None) -> SidecarWork:
+        root = opts.rootRank if opts is not None else 0
+        outs = output_tensors[0] if output_tensors else []
+        return self._now({"op": "gather", "peer": root, "tensors": _describe(input_tensors),
+                          "outputs": _describe(outs)}, input_tensors, outs)
+
+    # The coalesced forms (functional collectives and DTensor reach the group through them):
+    # one operation per tensor, in order. A Python group that lacks one of the methods the
+    # communication log wraps on dist.ProcessGroup would have the wrapper found as its
+    # override, and recurse.
+    def allgather_into_tensor_coalesced(self, outputs: list[torch.Tensor],  # type: ignore[override]
+                                        inputs: list[torch.Tensor],
+                                        opts: Any = None) -> SidecarWork:
+        for output, input in zip(outputs, inputs):
+            self._allgather_base(output, input, opts)
+        return SidecarWork(targets=outputs)
+
+    def reduce_scatter_tensor_coalesced(self, outputs: list[torch.Tensor],  # type: ignore[override]
+                                        inputs: list[torch.Tensor],
+                                        opts: Any = None) -> SidecarWork:
+        for output, input in zip(outputs, inputs):
+            self._reduce_scatter_base(output, input, opts)
+        return SidecarWork(targets=outputs)
+
+    def allreduce_coalesced(self, tensors: list[torch.Tensor],  # type: ignore[override]
+                            opts: Any = None) -> SidecarWork:
+        for tensor in tensors:
+            self.allreduce([tensor], opts)
+        return SidecarWork(targets=tensors)
+
     # torch >= 2.9 routes all_gather_into_tensor / reduce_scatter_tensor here
     all_gather_single = _allgather_base
     reduce_scatter_single = _reduce_scatter_base  # type: ignore[assignment]
@@ -487,6 +521,12 @@ class _Sidecar:
             else:
                 pg._reduce_scatter_base(outputs[0], tensors[0], opts).wait()
             return {}, outputs
+        if op == "gather":
+            root = int(header["peer"])
+            self._log(header, op, ranks, tensors, peer=ranks[root])
+            pg.gather([outputs] if outputs else [], tensors,
+                      _opts(dist.GatherOptions(), rootRank=root)).wait()
+            return {}, outputs
         if op == "barrier":
             self._log(header, op, ranks, [])
             pg.barrier().wait()
@@ -639,7 +679,7 @@ class SidecarSet:
         `rank_folders[r]`, where no peer can reach it, and only the connection that presents
         `tokens[r]` (handed to rank r inside its job) is served. Needs no rank to exist yet:
         the launcher starts the sidecars while the ranks start."""
-        folder = tempfile.mkdtemp(prefix="mlsys-sidecar-")  # 0700: the ranks cannot enter
+        folder = tempdirs.make("mlsys-sidecar-")  # 0700: the ranks cannot enter
         world_size = len(tokens)
         pids = server().fork([SidecarSpec(
             rank=r, world_size=world_size, store_path=os.path.join(folder, "store"),
@@ -658,9 +698,9 @@ class SidecarSet:
                 time.sleep(0.002)
             if not os.path.exists(path):
                 raise WireMismatchError(f"rank {r}: its sidecar wrote no log")
-            with open(path) as f:
-                out.append([WireRecord(**{**d, "group_ranks": tuple(d["group_ranks"])})
-                            for d in json.load(f)])
+            text = rankfiles.read_text(path, WIRE_LOG_BYTES)
+            out.append([WireRecord(**{**d, "group_ranks": tuple(d["group_ranks"])})
+                        for d in json.loads(text)])
         return out
 
     def stop(self) -> None:
@@ -670,6 +710,7 @@ class SidecarSet:
             except (ProcessLookupError, PermissionError):
                 pass
         shutil.rmtree(self.folder, ignore_errors=True)
+        tempdirs.release(self.folder)
 
 
 def new_token() -> str:
@@ -690,7 +731,7 @@ _KIND_OF = {
     "all_gather_into_tensor": "allgather_base", "_all_gather_base": "allgather_base",
     "all_gather_single": "allgather_base", "reduce_scatter_single": "reduce_scatter_base",
     "reduce_scatter": "reduce_scatter", "reduce_scatter_tensor": "reduce_scatter_base",
-    "_reduce_scatter_base": "reduce_scatter_base", "barrier": "barrier",
+    "_reduce_scatter_base": "reduce_scatter_base", "barrier": "barrier", "gather": "gather",
 }
 # Backend operation -> the public names that reach it (what Forbid rules name).
 API_NAMES = {
@@ -700,8 +741,38 @@ API_NAMES = {
     "reduce_scatter": ("reduce_scatter",),
     "reduce_scatter_base": ("reduce_scatter_tensor", "reduce_scatter_single",
                             "_reduce_scatter_base"),
-    "barrier": ("barrier",),
+    "barrier": ("barrier",), "gather": ("gather",),
 }
+
+
+# Backend operation -> the public name it is listed under in a log made from the wire.
+_LOG_NAME = {"allreduce": "all_reduce", "allgather": "all_gather",
+             "allgather_base": "all_gather_into_tensor", "reduce_scatter": "reduce_scatter",
+             "reduce_scatter_base": "reduce_scatter_tensor"}
+_ELEMENT_SIZE = {name: torch.empty(0, dtype=dtype).element_size()
+                 for name, dtype in DTYPES.items()}
+
+
+def as_log(wire: Sequence[WireRecord]) -> list[Any]:
+    """What the sidecar carried for one rank, as a communication log (`CommRecord`s, with a
+    "mark" wherever the rank's label changes), so that suites written against the in-rank log
+    (`harness.commlog.windows`) judge the wire instead. Operations, sizes and order are the
+    wire's; the phases come from the rank's marks, which only label records (a phase with no
+    operation has no window)."""
+    from harness.commlog import CommRecord
+
+    out: list[Any] = []
+    label: str | None = None
+    for record in wire:
+        if record.label != label:
+            label = record.label
+            out.append(CommRecord(op="mark", label=label))
+        size = _ELEMENT_SIZE.get(record.dtype, 1)
+        out.append(CommRecord(op=_LOG_NAME.get(record.kind, record.kind), peer=record.peer,
+                              group_ranks=record.group_ranks, numel=record.bytes // size,
+                              bytes=record.bytes, out_numel=record.bytes // size,
+                              dtype=record.dtype))
+    return out
 
 
 def forbidden_on_wire(records: Sequence[WireRecord], forbids: Any) -> WireRecord | None:
@@ -731,6 +802,6 @@ def check_against_wire(rank: int, logged: Sequence[Any], wire: Sequence[WireReco
             f"{len(claimed)} logged, {len(carried)} carried point-to-point operations)")
 
 
-__all__ = ["BACKEND", "SidecarGroup", "SidecarSet", "WireMismatchError", "WireRecord",
+__all__ = ["BACKEND", "SidecarGroup", "SidecarSet", "WireMismatchError", "WireRecord", "as_log",
            "check_against_wire", "connect_rank", "forbidden_on_wire", "mark", "new_token",
            "socket_path"]

@@ -75,12 +75,16 @@ DOWN = torch.randn(8, 6, generator=GEN, dtype=F64) * 0.5
 CONFIG = dict(vocab_size=20, dim=16, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=16)
 IDX = torch.tensor([[1, 5, 7, 3], [2, 2, 9, 0]])
 
+APPLY_BASE = 1000.0
+
 
 def build() -> dict[str, dict]:
     return {
         "rotate": fn("rotate_half", torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=F64)),
         "cache": fn("rope_cache", 6, 4, 100.0, F64),
-        "apply": fn("apply_rotary_pos_emb", Q, K, *ref_tables(8, 4, 100.0),
+        # Tables of another base than the cache's: the rank is never handed the cache it
+        # must build (ranks get inputs, never answers: grader/leakcheck.py).
+        "apply": fn("apply_rotary_pos_emb", Q, K, *ref_tables(8, 4, APPLY_BASE),
                     torch.tensor([0, 2, 4, 6, 7])),
         "norm": {"kind": "module", "fn": "RMSNorm", "init": (8,), "state": {"weight": W},
                  "args": [X]},
@@ -178,7 +182,7 @@ def test_apply_rotary_pos_emb_at_positions(calls):
     value = got(calls, "apply")
     assert isinstance(value, (list, tuple)) and len(value) == 2, \
         "apply_rotary_pos_emb returns (q_rotated, k_rotated)"
-    cos, sin = ref_tables(8, 4, 100.0)
+    cos, sin = ref_tables(8, 4, APPLY_BASE)
     pos = torch.tensor([0, 2, 4, 6, 7])
     for name, x, out in (("q", Q, value[0]), ("k", K, value[1])):
         close(out, x * cos[pos] + ref_rotate_half(x) * sin[pos],

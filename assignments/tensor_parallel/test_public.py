@@ -18,6 +18,7 @@ from torch import nn
 from grader.compare import assert_close
 from grader.seeds import seeded_generator, shifted
 from harness.cases import case_values, run_cases
+from harness.sidecar import as_log
 
 WORLD = 2
 DTYPE = torch.float64
@@ -142,7 +143,9 @@ def run(launch):
             "x": X, "x_wide": X_WIDE, "grad_narrow": GRAD_NARROW, "grad_wide": GRAD_WIDE,
             "logits": LOGITS, "target": TARGET, "loss_weight": LOSS_WEIGHT}
     # CPU tensors throughout, so gloo even where a GPU would let "auto" pick NCCL.
-    return launch(rank_public, world_size=WORLD, args=(data,), backend="gloo", timeout=90)
+    # Over the sidecars: the communication judged below is what they carried (as_log).
+    return launch(rank_public, world_size=WORLD, args=(data,), backend="gloo", timeout=90,
+                  transport="sidecar")
 
 
 def values(run, name: str) -> list[dict]:
@@ -214,7 +217,7 @@ def test_parallel_mlp_values_and_communication(run):
         assert_close(v["y"], e["y"], what=f"{where(r)} ParallelMLP output")
         assert_close(v["x_grad"], e["x_grad"], what=f"{where(r)} ParallelMLP input grad")
         phase, calls = None, {}
-        for rec in run.comm[r]:
+        for rec in as_log(run.wire[r]):
             if rec.op == "mark":
                 phase = rec.label
             elif phase in ("mlp forward", "mlp backward"):

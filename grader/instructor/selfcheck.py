@@ -6,7 +6,9 @@ Per assignment, these checks (docs/design.md, principle 5):
   signatures in the stub and the solution (read with `ast`, never imported);
 - points: collected points (public + hidden) equal the manifest's `points`, and the public
   suite's points equal `public_points`;
-- solution: the reference solution passes every graded test;
+- solution: the reference solution passes every graded test, and no expected value the
+  parent compares its answers with was among the launch arguments sent to the ranks
+  (`grader/leakcheck.py`: ranks get inputs, never verdicts);
 - stub: every graded test fails with "not implemented" — a crash, a hang, a pass or a failure
   for another reason is a breach;
 - independent: the independent correct implementation in `grader/tests/independent/<id>/`
@@ -33,6 +35,9 @@ instead.
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -40,6 +45,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader import leakcheck
 from grader.instructor.judges import (
     MarginReport,
     Verdict,
@@ -127,12 +133,35 @@ def selfcheck(
     wait_worksheets = _beside(_check_worksheets, assignments, root, suites, verdicts, echo)
     variants = {a.id: make_variants(a, root) for a in assignments
                 if suite_paths(a.id, root, suites)}
+    ledger = tempfile.mkdtemp(prefix="mlsys-leakcheck-")
+    before = os.environ.get(leakcheck.ENV)
+    os.environ[leakcheck.ENV] = os.path.join(ledger, "findings.jsonl")  # sessions inherit it
     try:
         return _run_sessions(course, ids, root, suites, jobs, timeout, echo, together, started,
                              verdicts, runs, variants, wait_worksheets)
     finally:
+        if before is None:
+            os.environ.pop(leakcheck.ENV, None)
+        else:
+            os.environ[leakcheck.ENV] = before
+        shutil.rmtree(ledger, ignore_errors=True)
         for found in variants.values():
             found.cleanup()
+
+
+def _judge_leaks(verdicts: dict[str, dict[str, Verdict]]) -> None:
+    """Expected values the sessions' parents compared against that were sent to ranks
+    (grader/leakcheck.py): a breach of the solution check of the test's assignment."""
+    seen = set()
+    for finding in leakcheck.findings(os.environ.get(leakcheck.ENV, "")):
+        test, sent = str(finding.get("test", "")), str(finding.get("sent", ""))
+        aid = next((a for a in verdicts if f"/{a}/" in f"/{test}"), None)
+        if aid is None or (test, sent) in seen:
+            continue
+        seen.add((test, sent))
+        verdicts[aid]["solution"].breaches.append(
+            f"{test} compares a rank's answer with an expected value that was sent to the "
+            f"ranks ({sent}): ranks get inputs, never verdicts; judge in the parent")
 
 
 def _run_sessions(course: Course, ids: list[str], root: Path, suites: Path | None, jobs: int,
@@ -157,6 +186,7 @@ def _run_sessions(course: Course, ids: list[str], root: Path, suites: Path | Non
     run_all(sessions, record, jobs=jobs, timeout=timeout, root=root, suites=suites,
             merge_margins=together)
     wait_worksheets()
+    _judge_leaks(verdicts)
     for aid, found in runs.items():
         report = found.margins
         verdicts[aid]["margins"].breaches += report.breaches()

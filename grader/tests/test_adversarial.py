@@ -21,8 +21,11 @@ CASES = adversarial.cases()
 # reason (issue 27); 31-33: containment (issue 27): peers' inputs, a setsid daemon, a second
 # checkout planted outside this one; 34-38: attacks on the instruments graded behind the screen
 # (issue 20: a collective hidden from the log, deleted log records, Triton-named torch wrappers,
-# raw loopback sockets, own files grown by a sparse truncate).
-REQUIRED = {f"{n:02d}" for n in range(39)}
+# raw loopback sockets, own files grown by a sparse truncate); 39-40 (issue 35): a FIFO for a
+# result file, a symlinked stack file; 41: module chains and aliased builtins past the screen;
+# 42: an import of grader.tests.independent (a correct implementation) from the checkout; 43: a
+# rank that fills the disk with files each under the size limit.
+REQUIRED = {f"{n:02d}" for n in range(44)}
 
 
 def test_the_corpus_covers_every_listed_attack():

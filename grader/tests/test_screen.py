@@ -108,6 +108,20 @@ def test_screened_corpus_submissions_are_rejected_with_their_rule(case, tmp_path
     ("from harness.mutation import mutate", "no-course-internals"),
     ("from grader.instructor.adversarial import ctypes", "no-course-internals"),
     ("import torch\ntorch.distributed.group.WORLD._get_backend(None)", "no-course-internals"),
+    # issue 35: chains through re-exported modules, aliased builtins, functional collectives
+    ("import torch\ntorch.os.fork()", "no-process-control"),
+    ("import torch\nm = torch.sys.modules['grader']", "no-interpreter-state"),
+    ("import numpy\no = numpy.os", "no-interpreter-state"),
+    ("from numpy import os as o\no.kill(1, 9)", "no-process-control"),
+    ("import torch\nm = getattr(torch, 'os')", "no-interpreter-state"),
+    ("_ga = getattr\ndef f(o, n):\n    return _ga(o, n)", "no-computed-attribute"),
+    ("import functools\nget = functools.partial(getattr)", "no-computed-attribute"),
+    ("import torch\nr = torch.ops._c10d_functional.all_reduce", "no-course-internals"),
+    ("import torch\nr = getattr(torch, 'ops')", "no-course-internals"),
+    ("import torch.distributed._functional_collectives as fc", "no-course-internals"),
+    ("from torch.distributed import _functional_collectives", "no-course-internals"),
+    ("import torch.distributed as dist\nfc = dist._functional_collectives", "no-course-internals"),
+    ("import torch.distributed as dist\ns = dist._symmetric_memory", "no-course-internals"),
     ("def f(:\n", "syntax"),
 ])
 def test_each_rule_catches_its_construct(source, rule):
@@ -125,6 +139,9 @@ def test_each_rule_catches_its_construct(source, rule):
     # a submission's own attribute may share a name with a torch internal
     "class Z:\n    def __init__(self, n):\n        self._world = n",
     "from ._honest import ring_shift",
+    # torch's own functions and modules that share a name with a standard module
+    "import torch\ny = torch.select(torch.zeros(3), 0, 1)\nw = torch.signal.windows",
+    "def f(o):\n    return getattr(o, 'shape', None)",
     "class M:\n    def __init__(self):\n        super().__init__()\n        self.w = 1",
 ])
 def test_ordinary_code_passes(source):

@@ -229,3 +229,33 @@ def preloaded(ctx, names):
 
     return {"modules": {name: name in sys.modules for name in names},
             "triton_interpret": os.environ.get("TRITON_INTERPRET")}
+
+
+def functional_all_reduce(ctx, route):
+    """An all-reduce of ones by a functional collective (`route`: "module" for
+    torch.distributed._functional_collectives, "ops" for the dispatcher op, "namespace" for a
+    fresh op namespace), which no wrapped function sees; the rank logs nothing."""
+    import torch.distributed._functional_collectives as fc
+
+    x = torch.ones(4)
+    if route == "module":
+        return fc.wait_tensor(fc.all_reduce(x, "sum", dist.group.WORLD))
+    # (cloudpickle cannot pickle a by-value function that names torch.ops directly)
+    ops = getattr(torch, "ops") if route == "ops" else None  # noqa: B009
+    namespace = ops._c10d_functional if ops is not None \
+        else torch._ops._OpNamespace("_c10d_functional")
+    out = namespace.all_reduce(x, "sum", dist.group.WORLD.group_name)
+    return namespace.wait_tensor(out)
+
+
+def fill_own_folder(ctx, files, chunk):
+    """Write `files` files of `chunk` bytes each into the rank's own folder (found from its
+    output log), then return: a rank that fills the disk."""
+    import os
+
+    folder = os.path.dirname(os.readlink("/proc/self/fd/1"))
+    data = b"x" * chunk
+    for i in range(files):
+        with open(os.path.join(folder, f"fill{i}"), "wb") as f:
+            f.write(data)
+    return files

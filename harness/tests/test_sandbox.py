@@ -91,3 +91,52 @@ def test_memory_is_capped(report):
         pytest.skip(f"not checked here: {report['status']['summary']}")
     assert report["memory"] != "allocated 3 GiB"
     assert "killed by SIGKILL" in report["memory"] or "MemoryError" in report["memory"]
+
+
+def _bound(args: list[str]) -> set[str]:
+    """The host paths a bwrap command line makes visible (bound or linked)."""
+    out = set()
+    for i, arg in enumerate(args):
+        if arg in ("--ro-bind", "--bind"):
+            out.add(args[i + 1])
+        elif arg == "--symlink":
+            out.add(args[i + 2])
+    return out
+
+
+def _visible(path: Path, bound: set[str]) -> bool:
+    return any(str(path) == b or str(path).startswith(b.rstrip("/") + "/") for b in bound)
+
+
+def test_the_checkout_is_allow_listed(tmp_path):
+    """Ranks see the harness, the stubs and the grader modules rank functions import; not
+    grader/tests (correct implementations of every assignment), the instructor tools, the
+    hidden suites, solutions or .git (checked on the command line: bwrap is not needed)."""
+    repo = Path(sandbox.REPO_ROOT)
+    bound = _bound(sandbox._bwrap_args(sandbox.SandboxConfig(), str(tmp_path)))
+    for needed in ("harness/launcher.py", "assignments/ring_allreduce/ring.py",
+                   "grader/__init__.py", "grader/seeds.py", "grader/compare.py"):
+        assert _visible(repo / needed, bound), f"{needed} must be visible to ranks"
+    for secret in ("grader/tests/independent", "grader/instructor", "grader/suites",
+                   "solutions", ".git", "grader/cli.py", "docs"):
+        assert not _visible(repo / secret, bound), f"{secret} must not be visible to ranks"
+
+
+def test_the_suites_import_only_listed_grader_modules():
+    """Rank functions run in the sandbox with the grader modules their suite imports: each must
+    be under `RANK_CHECKOUT` (the suites themselves travel by value)."""
+    import re
+
+    repo = Path(sandbox.REPO_ROOT)
+    pattern = re.compile(r"^\s*(?:from|import) (grader(?:\.\w+)*)", re.MULTILINE)
+    files = [*(repo / "grader" / "suites").rglob("*.py"),
+             *(repo / "assignments").glob("*/test_public.py")]
+    listed = [part.removesuffix(".py").replace("/", ".") for part in sandbox.RANK_CHECKOUT
+              if part.startswith("grader")]
+    for file in files:
+        for name in pattern.findall(file.read_text()):
+            if name == "grader.suites" or name.startswith("grader.suites."):
+                continue
+            assert any(name == m or name.startswith(m + ".") for m in listed), (
+                f"{file.relative_to(repo)} imports {name}, which ranks cannot see: add it to "
+                f"harness.sandbox.RANK_CHECKOUT")

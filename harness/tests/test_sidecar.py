@@ -8,7 +8,7 @@ import torch.distributed as dist
 
 from harness import Forbid, launch
 from harness.errors import ForbiddenCallError
-from harness.sidecar import WireMismatchError
+from harness.sidecar import WireMismatchError, as_log
 
 P2P_ONLY = Forbid(allow_only=frozenset({"send", "recv", "isend", "irecv"}),
                   rule="point-to-point only")
@@ -45,9 +45,12 @@ def rank_ring(ctx, numel: int):
     dist.all_gather_into_tensor(flat, torch.tensor([float(rank)]))
     out = torch.empty(1)
     dist.reduce_scatter_tensor(out, torch.arange(float(world)))
+    at_root = [torch.empty(1) for _ in range(world)] if rank == 1 else None
+    dist.gather(torch.tensor([10.0 + rank]), at_root, dst=1)
     dist.barrier()
     return {"got": got[:3], "pair": pair_value, "total": total, "root": root,
-            "gathered": torch.stack(gathered), "flat": flat, "scattered": out}
+            "gathered": torch.stack(gathered), "flat": flat, "scattered": out,
+            "at_root": torch.cat(at_root) if at_root else None}
 
 
 def test_every_operation_the_suites_use_goes_through_the_sidecars():
@@ -60,9 +63,15 @@ def test_every_operation_the_suites_use_goes_through_the_sidecars():
         assert value["gathered"].tolist() == [[0, 0], [1, -1], [2, -2]]
         assert value["flat"].tolist() == [0, 1, 2] and value["scattered"].item() == 3.0 * rank
     assert result.values[1]["pair"].tolist() == [0, 1, 2, 3]
+    assert result.values[1]["at_root"].tolist() == [10.0, 11.0, 12.0]
     kinds = [w.kind for w in result.wire[0]]
     assert kinds == ["send", "recv", "send", "allreduce", "broadcast", "allgather",
-                     "allgather_base", "reduce_scatter_base", "barrier"]
+                     "allgather_base", "reduce_scatter_base", "gather", "barrier"]
+    log = as_log(result.wire[0])  # the wire as a log the suites' window helpers read
+    assert [r.op for r in log if r.op != "mark"][3:9] == [
+        "all_reduce", "broadcast", "all_gather", "all_gather_into_tensor",
+        "reduce_scatter_tensor", "gather"]
+    assert log[0].op == "mark" and log[0].label == "ring" and log[1].numel == 1000
     first = result.wire[0][0]
     assert (first.peer, first.bytes, first.group_ranks, first.label) == (1, 4000, (0, 1, 2),
                                                                          "ring")
@@ -220,3 +229,20 @@ def test_a_device_mesh_names_and_uses_its_groups():
         assert value["replicate"] == [float(col), float(col + 2)]
     groups = {w.group_ranks for w in result.wire[0] if w.kind == "allgather_base"}
     assert groups == {(0, 1), (0, 2)}
+
+
+@pytest.mark.parametrize("route", ["module", "ops", "namespace"])
+def test_functional_collectives_are_carried_by_the_sidecar_or_refused(route):
+    """They go from C++ to the backend past every wrapped function: on the sidecar they are
+    carried and counted on the wire; in-rank, where nothing would count them, they raise."""
+    from harness.tests.rankfns import functional_all_reduce
+
+    result = launch(functional_all_reduce, 2, args=(route,), backend="gloo",
+                    transport="sidecar", timeout=60)
+    assert all(torch.equal(v, torch.full((4,), 2.0)) for v in result.values)
+    assert all([w.kind for w in wire] == ["allreduce"] for wire in result.wire), result.wire
+    with pytest.raises(ForbiddenCallError, match="functional collective"):
+        launch(functional_all_reduce, 2, args=(route,), backend="gloo", timeout=60)
+    allowed = launch(functional_all_reduce, 2, args=(route,), backend="gloo", timeout=60,
+                     functional_collectives=True)
+    assert all(torch.equal(v, torch.full((4,), 2.0)) for v in allowed.values)

@@ -1,8 +1,9 @@
 """The in-rank launches of Part 2 (mixed precision, checkpoints): "ckpt4" on 4 ranks and
 "ckpt2" on 2 ranks, shared by test_fsdp2_precision and test_fsdp2_checkpoint.
 
-They run with the in-rank transport: DCP's planning uses `gather_object` and DTensor's
-`full_tensor()` uses functional collectives, which the sidecar does not carry; nothing here
+They run with the in-rank transport (DCP's planning uses `gather_object`), with functional
+collectives left available (`functional_collectives=True`: DTensor's `full_tensor()` needs them;
+elsewhere in-rank launches refuse them, harness/funcol.py); nothing here
 counts communication, every verdict compares values with the parent's references.
 
 Files: each rank saves to an fsspec in-memory folder (`memory://...`: the rank's own process
@@ -187,7 +188,7 @@ def ckpt4(launch: Any, impl: Any) -> tuple[Any, dict]:
         seed = shifted(F2_SEED)
         rank_args = [(list(REDUCE_ROWS[r]),) + per_rank(x, y, 4)[r] for r in range(4)]
         result = launch(rank_ckpt4, 4, args=(seed,), rank_args=rank_args,
-                        timeout=MEMO.timeout(LAUNCH_TIMEOUT))
+                        timeout=MEMO.timeout(LAUNCH_TIMEOUT), functional_collectives=True)
         refs = {"final": f2_reference(seed, x, y, "adamw", ADAMW, STEPS), "seed": seed,
                 "x": x, "y": y}
         return result.values, refs
@@ -209,7 +210,7 @@ def ckpt2(launch: Any, impl: Any) -> list:
     def make():
         result = launch(rank_ckpt2, 2, args=(refs["seed"], files),
                         rank_args=per_rank(refs["x"], refs["y"], 2),
-                        timeout=MEMO.timeout(LAUNCH_TIMEOUT))
+                        timeout=MEMO.timeout(LAUNCH_TIMEOUT), functional_collectives=True)
         return result.values
     return MEMO.get(("ckpt2", impl), make)
 

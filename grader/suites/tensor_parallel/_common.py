@@ -16,6 +16,7 @@ in step when a part fails on some ranks only).
 
 from __future__ import annotations
 
+from collections import defaultdict
 from typing import Any
 
 import torch
@@ -25,12 +26,17 @@ from torch import nn
 from grader.compare import assert_close
 from grader.seeds import seeded_generator, shifted
 from harness import CommRecord
+from harness.commlog import windows
+from harness.sidecar import as_log
 
 DTYPE = torch.float64
 # Inputs and layers live on the CPU: values and call counts do not depend on the backend, and
 # gloo runs everywhere (a GPU grader would otherwise pick NCCL, which needs CUDA tensors).
 BACKEND = "gloo"
 TIMEOUT_S = 90.0
+# The launches whose communication is judged go over the sidecars: the windows the tests read
+# are what the sidecars carried (`comm_windows`), not what the rank logged.
+TRANSPORT = "sidecar"
 ALL_REDUCE_OPS = frozenset({"all_reduce", "ProcessGroup.allreduce"})
 NOT_COMMUNICATION = frozenset({"mark"})
 
@@ -102,6 +108,20 @@ def dense_cross_entropy(logits: torch.Tensor, target: torch.Tensor,
     return loss.detach(), logits.grad
 
 
+ANSWER_KEYS = frozenset({"expected", "loss", "grad"})  # what the parent judges with, never sent
+
+
+def inputs_only(cases: Any) -> Any:
+    """`cases` without the parent's answers: every dict loses its `ANSWER_KEYS` (ranks get
+    inputs, never verdicts: a rank can read whatever it is sent from its caller's frame)."""
+    if isinstance(cases, dict):
+        return {key: inputs_only(value) for key, value in cases.items()
+                if key not in ANSWER_KEYS}
+    if isinstance(cases, (list, tuple)):
+        return type(cases)(inputs_only(value) for value in cases)
+    return cases
+
+
 def shard(t: torch.Tensor | None, rank: int, world: int, dim: int = -1) -> torch.Tensor | None:
     """Slice `rank` of `world` equal slices of `t` along `dim`."""
     if t is None:
@@ -121,6 +141,12 @@ def check(actual: Any, expected: torch.Tensor | None, what: str, hint: str = "")
                                  f"{type(actual).__name__}")
         return
     assert_close(actual, expected, what=what, hint=hint, hint_first=True)
+
+
+def comm_windows(result: Any, rank: int) -> defaultdict[str, list[CommRecord]]:
+    """Rank `rank`'s wire log cut at its marks (`harness.commlog.windows` of
+    `harness.sidecar.as_log`); a phase in which nothing was carried is an empty window."""
+    return defaultdict(list, windows(as_log(result.wire[rank])))
 
 
 def describe(records: list[CommRecord]) -> str:

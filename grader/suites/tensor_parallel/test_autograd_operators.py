@@ -15,12 +15,13 @@ from grader.suites.tensor_parallel._common import (
     BACKEND,
     DTYPE,
     TIMEOUT_S,
+    TRANSPORT,
     check,
+    comm_windows,
     describe,
     leaf,
 )
 from harness.cases import case_values, run_cases, where
-from harness.commlog import windows
 
 WORLDS = (2, 4)
 SHAPE = (2, 3, 4)  # leading dims differ so that a split or concat along the wrong dim shows
@@ -63,7 +64,8 @@ def rank_operators(ctx) -> dict:
 
 @pytest.fixture(scope="module")
 def runs(launch):
-    return {p: launch(rank_operators, world_size=p, backend=BACKEND, timeout=TIMEOUT_S)
+    return {p: launch(rank_operators, world_size=p, backend=BACKEND, transport=TRANSPORT,
+                      timeout=TIMEOUT_S)
             for p in WORLDS}
 
 
@@ -72,7 +74,7 @@ def _each(runs, name):
     for p, result in runs.items():
         values = case_values(result.values, name)
         for r, value in enumerate(values):
-            yield r, p, value, windows(result.comm[r])
+            yield r, p, value, comm_windows(result, r)
 
 
 def _backward(value, what: str, *, hint: str) -> None:

@@ -19,15 +19,17 @@ from grader.suites.tensor_parallel._common import (
     ALL_REDUCE_OPS,
     BACKEND,
     TIMEOUT_S,
+    TRANSPORT,
     check,
+    comm_windows,
     dense_cross_entropy,
     describe,
+    inputs_only,
     leaf,
     randn,
     shard,
 )
 from harness.cases import case_values, run_cases, where
-from harness.commlog import windows
 
 WORLDS = (2, 4)
 VOCAB = 32
@@ -84,14 +86,14 @@ def rank_cross_entropy(ctx, cases) -> dict:
 
 @pytest.fixture(scope="module")
 def runs(launch):
-    return {p: launch(rank_cross_entropy, world_size=p, args=(CASES,), backend=BACKEND,
-                      timeout=TIMEOUT_S) for p in WORLDS}
+    return {p: launch(rank_cross_entropy, world_size=p, args=(inputs_only(CASES),),
+                      backend=BACKEND, transport=TRANSPORT, timeout=TIMEOUT_S) for p in WORLDS}
 
 
 def _each(runs, name):
     for p, result in runs.items():
         for r, value in enumerate(case_values(result.values, name)):
-            yield r, p, value, windows(result.comm[r])
+            yield r, p, value, comm_windows(result, r)
 
 
 @pytest.mark.exercises("vocab_parallel_cross_entropy")

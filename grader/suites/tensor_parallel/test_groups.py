@@ -14,13 +14,16 @@ from grader.suites.tensor_parallel._common import (
     ALL_REDUCE_OPS,
     BACKEND,
     TIMEOUT_S,
+    TRANSPORT,
     build_linear,
     check,
+    comm_windows,
     dense_cross_entropy,
     dense_linear,
     dense_linear_run,
     dense_mlp_run,
     describe,
+    inputs_only,
     leaf,
     linear_state,
     linear_step,
@@ -28,7 +31,6 @@ from grader.suites.tensor_parallel._common import (
     shard,
 )
 from harness.cases import case_values, run_cases
-from harness.commlog import windows
 from harness.errors import NotImplementedInRank
 
 WORLD, TP = 4, 2
@@ -106,8 +108,9 @@ def rank_groups(ctx, data) -> dict:
 
 @pytest.fixture(scope="module")
 def run(launch):
-    return launch(rank_groups, world_size=WORLD, rank_args=[(DATA[g // TP],) for g in range(WORLD)],
-                  backend=BACKEND, timeout=TIMEOUT_S)
+    return launch(rank_groups, world_size=WORLD,
+                  rank_args=[(inputs_only(DATA[g // TP]),) for g in range(WORLD)],
+                  backend=BACKEND, transport=TRANSPORT, timeout=TIMEOUT_S)
 
 
 def _where(rank: int) -> str:
@@ -156,7 +159,7 @@ def test_mlp_in_two_groups(run):
         expected = data["expected"]["mlp"]
         check(value["y"], expected["y"], f"{_where(rank)} ParallelMLP output")
         check(value["x_grad"], expected["x_grad"], f"{_where(rank)} ParallelMLP input gradient")
-        win = windows(run.comm[rank])
+        win = comm_windows(run, rank)
         for phase in ("forward", "backward"):
             comm = [rec for rec in win[f"mlp {phase}"] if rec.op != "mark"]
             group = tuple(GROUPS[rank // TP])

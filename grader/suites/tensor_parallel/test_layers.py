@@ -21,6 +21,7 @@ from grader.suites.tensor_parallel._common import (
     build_linear,
     check,
     dense_linear_case,
+    inputs_only,
     linear_step,
     shard,
 )
@@ -107,7 +108,8 @@ def rank_layers(ctx, column_cases, row_cases, inputs) -> dict:
 
 @pytest.fixture(scope="module")
 def runs(launch):
-    return {p: launch(rank_layers, world_size=p, args=(COLUMN_CASES, ROW_CASES, INPUTS),
+    return {p: launch(rank_layers, world_size=p,
+                      args=inputs_only((COLUMN_CASES, ROW_CASES, INPUTS)),
                       backend=BACKEND, timeout=TIMEOUT_S).values for p in WORLDS}
 
 

@@ -14,11 +14,14 @@ from grader.suites.tensor_parallel._common import (
     ALL_REDUCE_OPS,
     BACKEND,
     TIMEOUT_S,
+    TRANSPORT,
     build_linear,
     check,
+    comm_windows,
     dense_linear,
     dense_mlp_run,
     describe,
+    inputs_only,
     leaf,
     linear_state,
     param_grad,
@@ -26,7 +29,6 @@ from grader.suites.tensor_parallel._common import (
     shard,
 )
 from harness.cases import case_values, run_cases, where
-from harness.commlog import windows
 
 WORLDS = (2, 4)
 HIDDEN, FFN = 8, 32
@@ -81,14 +83,15 @@ def rank_mlp(ctx, cases) -> dict:
 
 @pytest.fixture(scope="module")
 def runs(launch):
-    return {p: launch(rank_mlp, world_size=p, args=(CASES,), backend=BACKEND, timeout=TIMEOUT_S)
+    return {p: launch(rank_mlp, world_size=p, args=(inputs_only(CASES),), backend=BACKEND,
+                      transport=TRANSPORT, timeout=TIMEOUT_S)
             for p in WORLDS}
 
 
 def _each(runs, name="mlp"):
     for p, result in runs.items():
         for r, value in enumerate(case_values(result.values, name)):
-            yield r, p, value, windows(result.comm[r])
+            yield r, p, value, comm_windows(result, r)
 
 
 @pytest.mark.exercises("ParallelMLP")

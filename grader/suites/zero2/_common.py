@@ -33,6 +33,7 @@ from grader.seeds import seeded_generator, shifted
 from harness import CommRecord
 from harness.cases import Memo
 from harness.launcher import preload
+from harness.sidecar import as_log
 
 # torch.optim imports torch._dynamo on first use: seconds per rank unless the forkserver has it.
 preload("torch._dynamo")
@@ -266,7 +267,7 @@ CONFIGS = {  # name -> (spec, world size)
 @dataclass
 class Run:
     values: list[dict]  # per rank, what rank_train returned
-    comm: list[list[CommRecord]]
+    comm: list[list[CommRecord]]  # what the sidecars carried, as a log (harness.sidecar.as_log)
     ref: Reference
     spec: dict
     world_size: int
@@ -284,10 +285,13 @@ def shared_run(launch: Any, impl: str, name: str) -> Run:
     def make() -> Run:
         spec, world_size = CONFIGS[name]
         x, y = make_data(spec, world_size)
+        # Over the sidecars: the communication the tests judge is what they carried (as_log),
+        # not what the rank logged.
         result = launch(rank_train, world_size=world_size, args=(spec,),
-                        rank_args=rank_slices(x, y, world_size), timeout=LAUNCH_TIMEOUT)
+                        rank_args=rank_slices(x, y, world_size), timeout=LAUNCH_TIMEOUT,
+                        transport="sidecar")
         state_after = (spec["checkpoint_after"],) if spec.get("checkpoint_after") else ()
-        return Run(result.values, result.comm,
+        return Run(result.values, [as_log(wire) for wire in result.wire],
                    reference_run(spec, x, y, state_after=state_after), spec, world_size)
 
     return _RUNS.get((impl, name), make)
