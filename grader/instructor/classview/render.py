@@ -27,7 +27,7 @@ from pathlib import Path
 
 from grader.instructor.classview.collect import ClassData, Submission
 from grader.instructor.classview.similarity import FLAG_AT, Pair
-from grader.instructor.classview.stats import AssignmentStats, histogram
+from grader.instructor.classview.stats import TOP_REASONS, AssignmentStats, histogram
 
 CSP = ("default-src 'none'; img-src 'self' file: data:; style-src 'unsafe-inline'; "
        "base-uri 'none'; form-action 'none'")
@@ -161,9 +161,11 @@ def _assignment_page(s: AssignmentStats, title: str, origin: str) -> str:
         [[escape(t.name), t.visibility, str(t.points), str(t.failed), str(t.graded),
           str(t.points_lost)] for t in s.tests]))
     parts.append("<h2>Most frequent first lines of failures</h2>"
-                 "<p class='muted'>“not implemented” failures are left out.</p>" + table(
+                 f"<p class='muted'>The {TOP_REASONS} most frequent of {len(s.reasons)} "
+                 "(all in reasons.csv); “not implemented” failures are left out.</p>" + table(
                      ["count", "test", "first line"],
-                     [[str(c), escape(name), escape(line)] for name, line, c in s.reasons]))
+                     [[str(c), escape(name), escape(line)]
+                      for name, line, c in s.reasons[:TOP_REASONS]]))
     parts.append("<h2>Most similar pairs</h2><!--pairs-->")
     nearly = ", ".join(escape(t.name) for t in s.nearly_all_fail) or "none"
     nobody = ", ".join(escape(t.name) for t in s.nobody_fails) or "none"

@@ -41,7 +41,8 @@ class AssignmentStats:
     max_score: float
     scores: tuple[float, ...]
     tests: tuple[TestRow, ...]  # by points lost, most first
-    reasons: tuple[tuple[str, str, int], ...]  # (test, first line, count), most frequent first
+    # (test, first line, count), most frequent first; the HTML shows the first TOP_REASONS
+    reasons: tuple[tuple[str, str, int], ...]
 
     @property
     def mean(self) -> float:
@@ -57,8 +58,7 @@ class AssignmentStats:
         return tuple(t for t in self.tests if t.graded and t.failed == 0)
 
 
-def assignment_stats(assignment: str, submissions: list[Submission],
-                     top_reasons: int = TOP_REASONS) -> AssignmentStats:
+def assignment_stats(assignment: str, submissions: list[Submission]) -> AssignmentStats:
     """The statistics of `submissions` (all of `assignment`). A reason is a failure's first
     line; "not implemented" failures are counted in points lost but not among the reasons,
     which are there to show what students who tried were told."""
@@ -82,7 +82,7 @@ def assignment_stats(assignment: str, submissions: list[Submission],
         (TestRow(name, visibility[name], points, graded, failed, lost)
          for name, (graded, failed, lost, points) in rows.items()),
         key=lambda t: (-t.points_lost, -t.failed, t.name))
-    common = sorted(reasons.items(), key=lambda item: (-item[1], item[0]))[:top_reasons]
+    common = sorted(reasons.items(), key=lambda item: (-item[1], item[0]))
     return AssignmentStats(
         assignment, len(submissions),
         max((s.max_score for s in submissions), default=0.0),
