@@ -43,6 +43,10 @@ def _hostile(folder: Path) -> dict[str, str]:
     (wrong / "results.json").write_text(json.dumps(
         {"score": "100", "tests": {"a": 1}, "extra_data": []}))
     plan["wrong-types"] = "not a grader results file"
+    bare = folder / "no-extra-data" / "run-1"
+    bare.mkdir(parents=True)
+    (bare / "results.json").write_text(json.dumps({"score": 0, "tests": []}))
+    plan["no-extra-data"] = "no extra_data"
     garbage = folder / "not-json" / "run-1"
     garbage.mkdir(parents=True)
     (garbage / "results.json").write_text("{\"score\": 1, " + SCRIPT)

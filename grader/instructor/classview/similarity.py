@@ -91,21 +91,99 @@ def hashed_kgrams(text: str, k: int) -> Any:
     return hashes.view(np.int64)
 
 
+def python_filter(code: str) -> tuple[str, Any]:
+    """copydetect's `filter_code` for Python, with the standard library's tokenizer.
+
+    The same normal form as copydetect's (which lexes with Pygments, ten times slower): names
+    a submission defines become V, a function's name after `def` F, a class's after `class` O,
+    a string S; keywords, builtins, `self`, imported module names, numbers and operators stay;
+    whitespace and comments go. The offsets (filtered index, characters removed so far) map
+    spans back to the submitted text, as copydetect's do. `tokenize.TokenError` and
+    `SyntaxError` propagate (the caller falls back to copydetect's own filter).
+    """
+    import builtins
+    import keyword
+    import tokenize
+
+    import numpy as np
+
+    kept = set(keyword.kwlist) | set(dir(builtins)) | {"self", "cls"}
+    starts = [0]
+    for line in code.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+    out: list[str] = []
+    length = removed = at = 0
+    offsets = [[0, 0]]
+    previous, importing = "", False
+    dropped = (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
+               tokenize.DEDENT, tokenize.ENDMARKER)
+    for token in tokenize.generate_tokens(io.StringIO(code).readline):
+        start = starts[token.start[0] - 1] + token.start[1]
+        end = starts[token.end[0] - 1] + token.end[1]
+        if start > at:  # whitespace between tokens
+            offsets.append([length - 1, removed])
+            removed += start - at
+        text = code[start:end]
+        if token.type == tokenize.NEWLINE:
+            importing = False
+        if token.type in dropped:
+            if end > start:
+                offsets.append([length - 1, removed])
+                removed += end - start
+        elif token.type in (tokenize.NAME, tokenize.STRING) and not (
+                token.type == tokenize.NAME and (text in kept or importing)):
+            letter = "S" if token.type == tokenize.STRING else \
+                {"def": "F", "class": "O"}.get(previous, "V")
+            out.append(letter)
+            length += 1
+            offsets.append([length - 1, removed])
+            removed += len(text) - 1
+        else:
+            out.append(text)
+            length += len(text)
+        if token.type == tokenize.NAME and text in ("import", "from"):
+            importing = True
+        previous = text if token.type != tokenize.NL else previous
+        at = max(at, end)
+    return "".join(out), np.array(offsets)
+
+
 def fingerprint(text: str, boilerplate: Any = None) -> Any:
-    """copydetect's fingerprint of Python `text`, without the `boilerplate` hashes."""
+    """copydetect's fingerprint of Python `text` (normalised by `python_filter`), without the
+    `boilerplate` hashes."""
+    import tokenize
+
     import copydetect.utils
     from copydetect import CodeFingerprint
 
     copydetect.utils.hashed_kgrams = hashed_kgrams  # deterministic (see hashed_kgrams)
-    return CodeFingerprint("submission.py", NOISE, GUARANTEE - NOISE + 1,
-                           boilerplate=boilerplate, fp=io.StringIO(text))
+    window = GUARANTEE - NOISE + 1
+    try:
+        filtered, offsets = python_filter(text)
+    except (tokenize.TokenError, SyntaxError):  # not Python: copydetect lexes it with Pygments
+        return CodeFingerprint("submission.py", NOISE, window, boilerplate=boilerplate,
+                               fp=io.StringIO(text))
+    fp = CodeFingerprint("submission.py", NOISE, window, boilerplate=boilerplate,
+                         filter=False, fp=io.StringIO(filtered))
+    fp.raw_code, fp.offsets = text, offsets
+    return fp
 
 
 def _fingerprint_all(jobs: list[tuple[str, Any]], workers: int) -> list[Any]:
-    if workers <= 1 or len(jobs) < 64:
-        return [fingerprint(text, bp) for text, bp in jobs]
-    with multiprocessing.get_context("spawn").Pool(workers) as pool:
-        return pool.starmap(fingerprint, jobs, chunksize=32)
+    """The fingerprint of each (text, boilerplate) job; identical jobs are fingerprinted once
+    (an untouched stub, a shared file), and many jobs in `workers` forked processes."""
+    unique: dict[tuple[str, int], int] = {}
+    distinct: list[tuple[str, Any]] = []
+    for text, plate in jobs:
+        if (text, id(plate)) not in unique:
+            unique[(text, id(plate))] = len(distinct)
+            distinct.append((text, plate))
+    if workers <= 1 or len(distinct) < 64:
+        prints = [fingerprint(text, plate) for text, plate in distinct]
+    else:
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            prints = pool.starmap(fingerprint, distinct, chunksize=16)
+    return [prints[unique[(text, id(plate))]] for text, plate in jobs]
 
 
 def similar_pairs(assignments: list[Assignment], submissions: dict[str, list[Submission]],
