@@ -273,3 +273,11 @@ def test_highlighted_escapes_code_and_marks_spans():
 
 
 COURSE_ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_benchmark_runs_on_a_small_generated_class(tmp_path, capsys):
+    assert main(["bench", "class_view", "--students", "3", "--assignments", "1",
+                 "--keep", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "3 students, 3 submissions, 0 skipped" in out and "total" in out
+    assert (tmp_path / "report" / "index.html").is_file()
