@@ -29,6 +29,7 @@ class SuiteTest:
     visibility: str
     points: int
     source: str
+    module_text: str = ""  # the whole test file, its hint constants included
 
 
 def declared_tests(assignment_id: str, root: Path = REPO_ROOT) -> list[SuiteTest]:
@@ -47,7 +48,7 @@ def declared_tests(assignment_id: str, root: Path = REPO_ROOT) -> list[SuiteTest
                 points = _points(node)
                 if points:
                     found.append(SuiteTest(node.name, visibility, points,
-                                           ast.get_source_segment(text, node) or ""))
+                                           ast.get_source_segment(text, node) or "", text))
     return found
 
 
@@ -107,11 +108,14 @@ def mutants(assignment_id: str, root: Path = REPO_ROOT) -> list[Mutant]:
 
 def caught_by(mutant: Mutant, tests: list[SuiteTest]) -> SuiteTest:
     """The test a mutant is taken to fail: the first whose source names its FEEDBACK words,
-    else the first hidden test."""
-    for test in tests:
-        if all(word.lower() in test.source.lower() for word in mutant.feedback):
-            return test
-    return next((t for t in tests if t.visibility == "hidden"), tests[0])
+    else the first of the first test file that names them (in a hint constant), else the
+    first hidden test."""
+    def names(text: str) -> bool:
+        return all(word.lower() in text.lower() for word in mutant.feedback)
+
+    return (next((t for t in tests if names(t.source)), None)
+            or next((t for t in tests if names(t.module_text)), None)
+            or next((t for t in tests if t.visibility == "hidden"), tests[0]))
 
 
 def renamed_copy(text: str, seed: int = 0) -> str:
