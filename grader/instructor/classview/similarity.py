@@ -17,6 +17,7 @@ the `max_pairs` pairs of each assignment sharing the most are compared in full
 from __future__ import annotations
 
 import io
+import itertools
 import multiprocessing
 from collections import Counter
 from collections.abc import Callable
@@ -229,9 +230,7 @@ def _pairs(assignment_id: str, entries: list[tuple[Submission, Any]], max_pairs:
     shared: Counter[tuple[int, int]] = Counter()
     for holders in index.values():
         if 1 < len(holders) <= limit:
-            for x in range(len(holders)):
-                for y in range(x + 1, len(holders)):
-                    shared[(holders[x], holders[y])] += 1
+            shared.update(itertools.combinations(holders, 2))  # counted in C
 
     def estimate(pair: tuple[int, int]) -> float:
         smaller = min(len(entries[pair[0]][1].hashes), len(entries[pair[1]][1].hashes))
