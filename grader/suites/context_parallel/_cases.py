@@ -106,6 +106,10 @@ def unit_cases() -> dict[str, dict]:
         "unsplit": {"kind": "unsplit", "calls": [(s, d) for s, d, _ in from_split],
                     "expected": {"x": [x for _, _, x in from_split]}},
         "zigzag invalid": {"kind": "zigzag_invalid", "calls": ZIGZAG_INVALID, "expected": {}},
+        "attn default": {"kind": "attn_default", "args": attn[0]["args"][:3],
+                         "expected": attn[0]},
+        "unsplit default": {"kind": "unsplit_default", "shards": from_split[0][0],
+                            "expected": {"x": from_split[0][2]}},
     }
 
 
@@ -129,6 +133,7 @@ def build(which: str) -> dict[str, dict]:
         cases["sp gather"] = {**ops, "kind": "sp_gather"}
         cases["sp rs"] = {**ops, "kind": "sp_rs"}
         cases["sp mlp"] = sp_mlp_case(2, 1110)
+        cases["sp rs invalid"] = {"kind": "sp_rs_invalid", "expected": {}}
     elif which == "ring3":
         cases["ring float64 causal dim_v=6"] = ring_case(3, batch=1, heads=2, seq=9, dim=4,
                                                          dim_v=6, causal=True, seed=2000)
@@ -153,6 +158,9 @@ def build(which: str) -> dict[str, dict]:
         cases["sp gather"] = {**ops, "kind": "sp_gather"}
         cases["sp rs"] = {**ops, "kind": "sp_rs"}
         cases["sp mlp"] = sp_mlp_case(4, 3110)
+        group_case = ring_case(3, batch=1, heads=2, seq=9, dim=4, dim_v=3, causal=True,
+                               seed=3200)
+        cases["ring group [1,2,3]"] = {**group_case, "kind": "ring_group", "members": [1, 2, 3]}
     elif which == "ulysses2":
         cases["ulysses"] = ulysses_case(2, batch=2, heads=4, seq=8, dim=4, dim_v=3,
                                         causal=False, seed=4000)

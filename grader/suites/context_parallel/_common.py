@@ -274,9 +274,26 @@ def _run_ring(ctx, m, name: str, c: dict) -> dict:
 
 def _run_ulysses(ctx, m, name: str, c: dict) -> dict:
     r = ctx.rank
+    q, k, v = (c[n][r].clone() for n in "qkv")
     with torch.no_grad():
-        res = m.ulysses_attention(c["q"][r].clone(), c["k"][r].clone(), c["v"][r].clone(),
-                                  None, c["causal"])
+        # Without causal, the call leaves group and causal to their defaults.
+        res = m.ulysses_attention(q, k, v, None, True) if c["causal"] else \
+            m.ulysses_attention(q, k, v)
+    return {"out": res}
+
+
+def _run_ring_group(ctx, m, name: str, c: dict) -> dict | None:
+    """Ring attention on a subgroup (its group ranks are not the global ones)."""
+    members = c["members"]
+    group = ctx.new_group(members)
+    if ctx.rank not in members:
+        return None
+    i = members.index(ctx.rank)
+    q, k, v = (c[n][i].clone() for n in "qkv")
+    ctx.mark(name)
+    with torch.no_grad():
+        res = m.ring_attention(q, k, v, group, c["causal"])
+    ctx.mark(f"{name} end")
     return {"out": res}
 
 
@@ -352,6 +369,17 @@ def _run_unit(ctx, m, name: str, c: dict) -> Any:
         return [m.zigzag_split(s, n) for s, n in c["calls"]]
     if kind == "unsplit":
         return [m.zigzag_unsplit([t.clone() for t in shards], dim) for shards, dim in c["calls"]]
+    if kind == "attn_default":
+        o, lse = m.attention_with_lse(*(t.clone() for t in c["args"]))
+        return {"out": o, "lse": lse}
+    if kind == "unsplit_default":
+        return m.zigzag_unsplit([t.clone() for t in c["shards"]])
+    if kind == "sp_rs_invalid":
+        try:
+            m.reduce_scatter_to_sequence_parallel_region(torch.zeros(1, 3, 2, dtype=F64))
+        except ValueError:
+            return "ValueError"
+        return "no error"
     if kind == "zigzag_invalid":
         got = {}
         for s, n in c["calls"]:
@@ -374,7 +402,8 @@ def rank_all(ctx, cases: dict[str, dict]) -> dict:
         return box["m"]
 
     handlers = {"ring": _run_ring, "ulysses": _run_ulysses, "ulysses_heads": _run_ulysses_heads,
-                "sp_gather": _run_sp_gather, "sp_rs": _run_sp_rs, "sp_mlp": _run_sp_mlp}
+                "sp_gather": _run_sp_gather, "sp_rs": _run_sp_rs, "sp_mlp": _run_sp_mlp,
+                "ring_group": _run_ring_group}
     parts = []
     for name, c in cases.items():
         handler = handlers.get(c["kind"], _run_unit)

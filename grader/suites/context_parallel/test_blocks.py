@@ -74,7 +74,16 @@ def test_attention_causal_global_offsets(launch, impl):
 
 
 @pytest.mark.exercises("attention_with_lse")
-@pytest.mark.points(2)
+@pytest.mark.points(1)
+def test_attention_defaults_to_no_mask(launch, impl):
+    got = values(run(launch, impl, LAUNCH), "attn default")[0]
+    want = expected(LAUNCH, "attn default")
+    check(got["out"], want["out"], "attention_with_lse(q, k, v) with default arguments",
+          tol=want["tol"], hint="causal defaults to False and the offsets to 0")
+
+
+@pytest.mark.exercises("attention_with_lse")
+@pytest.mark.points(1)
 def test_attention_rows_that_see_no_key(launch, impl):
     got, want = _attn(launch, impl, 3)
     what = f"attention_with_lse ({want['name']})"

@@ -26,8 +26,8 @@ CAUSAL_HINT = ("mask each block by global positions: the block from group rank j
                "k_offset = j*S/N, the queries at r*S/N")
 VALUE_CASES = [
     ("ring2", "ring float64", 3, "merge every block with its lse"),
-    ("ring2", "ring float64 causal dim_v=3", 3, CAUSAL_HINT),
-    ("ring2", "ring float32 causal", 2, CAUSAL_HINT),
+    ("ring2", "ring float64 causal dim_v=3", 2, CAUSAL_HINT),
+    ("ring2", "ring float32 causal", 1, CAUSAL_HINT),
     ("ring3", "ring float64 causal dim_v=6", 2, CAUSAL_HINT),
     ("ring4", "ring float64", 2, "merge every block with its lse"),
     ("ring4", "ring float64 causal dim_v=7", 2, CAUSAL_HINT),
@@ -168,3 +168,21 @@ def test_at_most_two_kv_blocks_alive(launch, impl, which, name):
             f"{where(r, world)} ring_attention ({name}): {peak} K/V blocks of other ranks "
             f"alive at once, allowed 2 (the one computed on and the one arriving): drop each "
             f"block after its step, never gather or keep them all")
+
+
+@pytest.mark.points(1)
+def test_ring_on_a_subgroup(launch, impl):
+    which, name = "ring4", "ring group [1,2,3]"
+    result = run(launch, impl, which)
+    got = values(result, name)
+    want = expected(which, name)
+    members = [1, 2, 3]
+    for i, g in enumerate(members):
+        what = f"[global rank {g}, group rank {i} of 3] ring_attention ({name})"
+        check(got[g]["out"], want["out"][i], f"{what} out", tol=want["tol"],
+              hint="slice and mask by the group rank, dist.get_rank(group)")
+        nxt, prv = members[(i + 1) % 3], members[(i - 1) % 3]
+        peers = {(w.kind, w.peer) for w in wire_window(result, g, name)}
+        assert peers <= {("send", nxt), ("recv", prv)}, (
+            f"{what}: talked to {sorted(peers)}; isend/irecv take global ranks: the group's "
+            f"next is global rank {nxt}, its previous {prv} (dist.get_global_rank)")

@@ -118,3 +118,12 @@ def test_sp_mlp_block_collectives_on_the_wire(launch, impl):
                 f"{where(r, world)} sp_mlp_block {phase}: the wire carried {kinds}; expected "
                 f"one all-gather and one reduce-scatter, no all-reduce (sequence parallelism "
                 f"replaces tensor parallelism's all-reduce)")
+
+
+@pytest.mark.exercises("reduce_scatter_to_sequence_parallel_region")
+@pytest.mark.points(1)
+def test_reduce_scatter_rejects_a_sequence_not_divisible(launch, impl):
+    got = values(run(launch, impl, "ring2"), "sp rs invalid")[0]
+    assert got == "ValueError", (
+        f"reduce_scatter_to_sequence_parallel_region of a 3-token sequence on 2 ranks: {got}; "
+        f"raise ValueError before any communication when N does not divide the sequence")

@@ -27,7 +27,7 @@ def _splits(launch, impl) -> list:
 
 
 @pytest.mark.exercises("zigzag_split")
-@pytest.mark.points(3)
+@pytest.mark.points(2)
 def test_zigzag_positions(launch, impl):
     for (seq_len, world), got in zip(zigzag_calls(), _splits(launch, impl)):
         what = f"zigzag_split({seq_len}, {world})"
@@ -74,3 +74,11 @@ def test_zigzag_rejects_bad_sizes(launch, impl):
         assert verdict == "ValueError", (
             f"zigzag_split({seq_len}, {world}): {verdict}; raise ValueError unless seq_len is "
             f"a multiple of 2*world_size and world_size >= 1")
+
+
+@pytest.mark.exercises("zigzag_unsplit")
+@pytest.mark.points(1)
+def test_zigzag_unsplit_default_dim(launch, impl):
+    got = values(run(launch, impl, LAUNCH), "unsplit default")[0]
+    check(got, expected(LAUNCH, "unsplit default")["x"], "zigzag_unsplit(shards)",
+          hint="dim defaults to 0")
