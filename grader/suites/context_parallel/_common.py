@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from grader.compare import Tolerance, assert_close, attention_bound
 from grader.seeds import seeded_generator
-from harness.cases import Memo, case_values, run_cases
+from harness.cases import case_values, run_cases
 
 BACKEND = "gloo"
 TRANSPORT = "sidecar"
@@ -413,47 +413,8 @@ def rank_all(ctx, cases: dict[str, dict]) -> dict:
 
 # ---- parent: the launches ---------------------------------------------------------------------
 
-_CASES: dict[str, dict[str, dict]] = {}
-_RUNS = Memo(hang_timeout=20.0)
-
-
-def strip(case: dict) -> dict:
-    return {k: v for k, v in case.items() if k != "expected"}
-
-
-def cases_for(which: str) -> dict[str, dict]:
-    """The cases of one launch, built once per session (inputs and expected values)."""
-    if which not in _CASES:
-        from grader.suites.context_parallel import _cases
-
-        _CASES[which] = _cases.build(which)
-    return _CASES[which]
-
-
-LAUNCHES = {  # name -> (world size, transport)
-    "ring2": (2, TRANSPORT), "ring3": (3, TRANSPORT), "ring4": (4, TRANSPORT),
-    "ulysses2": (2, "in-rank"), "ulysses4": (4, "in-rank"),
-}
-
-
-def run(launch, impl, which: str):
-    """The launch `which`, once per session and implementation."""
-    world, transport = LAUNCHES[which]
-
-    def make():
-        cases = {name: strip(c) for name, c in cases_for(which).items()}
-        return launch(rank_all, world_size=world, args=(cases,), backend=BACKEND,
-                      transport=transport, timeout=_RUNS.timeout(TIMEOUT_S))
-
-    return _RUNS.get((str(impl.text), which), make)
-
-
 def values(result, name: str) -> list[Any]:
     return case_values(result.values, name)
-
-
-def expected(which: str, name: str) -> dict:
-    return cases_for(which)[name]["expected"]
 
 
 def check(actual: Any, want: torch.Tensor, what: str, *, dtype: torch.dtype | None = None,

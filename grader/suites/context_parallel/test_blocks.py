@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grader.suites.context_parallel._common import check, expected, run, values
+from grader.suites.context_parallel._common import check, values
+from grader.suites.context_parallel._launches import expected, run
 
 LAUNCH = "ring2"
 SCALE_HINT = "scale the scores by 1/sqrt(dim) before the softmax"

@@ -9,15 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grader.suites.context_parallel._common import (
-    LAUNCHES,
-    check,
-    expected,
-    run,
-    values,
-    where,
-    wire_window,
-)
+from grader.suites.context_parallel._common import check, values, where, wire_window
+from grader.suites.context_parallel._launches import LAUNCHES, expected, run
 from harness.commlog import windows
 
 pytestmark = pytest.mark.exercises("ring_attention")
@@ -64,7 +57,7 @@ def test_ring_values_first(launch, impl, which, name, hint):
 @pytest.mark.parametrize("which", ["ring2", "ring3", "ring4"],
                          ids=["world_size=2", "world_size=3", "world_size=4"])
 def test_messages_on_the_wire(launch, impl, which):
-    from grader.suites.context_parallel._common import cases_for
+    from grader.suites.context_parallel._launches import cases_for
 
     result = run(launch, impl, which)
     world = _world(which)
@@ -105,7 +98,7 @@ def test_ring_values(launch, impl, which, name, hint):
 @pytest.mark.points(1)
 @pytest.mark.parametrize("which", ["ring2", "ring4"], ids=["world_size=2", "world_size=4"])
 def test_sends_and_receives_are_asynchronous(launch, impl, which):
-    from grader.suites.context_parallel._common import cases_for
+    from grader.suites.context_parallel._launches import cases_for
 
     result = run(launch, impl, which)
     world = _world(which)

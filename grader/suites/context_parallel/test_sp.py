@@ -8,15 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from grader.suites.context_parallel._common import (
-    LAUNCHES,
-    check,
-    expected,
-    run,
-    values,
-    where,
-    wire_window,
-)
+from grader.suites.context_parallel._common import check, values, where, wire_window
+from grader.suites.context_parallel._launches import LAUNCHES, expected, run
 
 GATHER = ("all_gather", "allgather", "allgather_base")
 SCATTER = ("reduce_scatter", "reduce_scatter_base")

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from grader.suites.context_parallel._common import LAUNCHES, check, expected, run, values, where
+from grader.suites.context_parallel._common import check, values, where
+from grader.suites.context_parallel._launches import LAUNCHES, expected, run
 
 pytestmark = pytest.mark.exercises("ulysses_attention")
 

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from grader.suites.context_parallel._cases import ZIGZAG_INVALID, zigzag_calls
-from grader.suites.context_parallel._common import check, expected, run, values
+from grader.suites.context_parallel._common import check, values
+from grader.suites.context_parallel._launches import expected, run
 
 LAUNCH = "ring2"
 ORDER_HINT = ("rank r holds chunk r then chunk 2N-1-r of 2N equal chunks, each in ascending "

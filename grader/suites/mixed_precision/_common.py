@@ -204,7 +204,7 @@ def scaler_probe(amp: Any, name: str) -> Any:
         w.grad = torch.tensor([1.0, 2.0, 5.0, 7.0])
         s.unscale_(opt)
         return w.grad.clone()
-    if name == "unscale_twice":
+    if name == "second_unscale":
         s = amp.DynamicLossScaler(init_scale=4.0)
         w = nn.Parameter(torch.ones(3))
         opt = torch.optim.SGD([w], lr=0.1)

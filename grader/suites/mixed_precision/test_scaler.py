@@ -53,7 +53,7 @@ SCENARIOS = {
                                           "growth_factor": 4.0, "backoff_factor": 0.25},
                            inject=(1, 4), two_optimizers=True),
 }
-PROBES = ("defaults", "scale", "update_alone", "unscale_twice", "unscale_by_3", "bad_args")
+PROBES = ("defaults", "scale", "update_alone", "second_unscale", "unscale_by_3", "bad_args")
 
 
 @pytest.fixture(scope="module")
@@ -217,8 +217,8 @@ def test_update_without_unscale_changes_nothing(results):
 
 @pytest.mark.points(1)
 @pytest.mark.exercises("DynamicLossScaler")
-def test_unscale_twice_raises(results):
-    got = outcome(results, "probe-unscale_twice", "DynamicLossScaler.unscale_")
+def test_a_second_unscale_before_update_raises(results):
+    got = outcome(results, "probe-second_unscale", "DynamicLossScaler.unscale_")
     assert got[0] == "raised", ("a second unscale_ of the same optimizer before update() must "
                                 "raise RuntimeError (README §5)")
     close(got[1], torch.ones(3), "gradient of sum(w) after scale 4 and unscale_",
