@@ -48,6 +48,14 @@ def check_plan(job: dict, k: int, plan: dict[str, Any], arrival: dict[int, int])
     planned = [rid for rid, _, _ in plan["batch"]]
     if len(set(planned)) != len(planned):
         _fail(f"{where}: a request appears twice in one plan")
+    readmitted = [rid for rid in preempted if rid in plan["running"]]
+    if readmitted:
+        _fail(f"{where}: request(s) {readmitted} preempted and admitted again in the same "
+              "plan: admit nobody in a step that had to preempt")
+    newcomers = [rid for rid in before["waiting"] if rid in plan["running"]]
+    if preempted and newcomers:
+        _fail(f"{where}: admitted {newcomers} in a plan that preempted {preempted}: admit "
+              "nobody in a step that had to preempt")
     for rid, start, n in plan["batch"]:
         if rid in before["running"] and start != before["state"][rid]["num_computed"]:
             _fail(f"{where}: request {rid} planned from token {start} but "
@@ -110,9 +118,6 @@ def check_plan(job: dict, k: int, plan: dict[str, Any], arrival: dict[int, int])
                   f"{s['num_tokens'] - s['num_computed']} prompt tokens left and budget to "
                   "spare: continue a chunked prefill up to its last chunk")
     admitted = [rid for rid in before["waiting"] if rid in plan["running"]]
-    if preempted and admitted:
-        _fail(f"{where}: admitted {admitted} in a plan that preempted {preempted}: admit "
-              "nobody in a step that had to preempt")
     if admitted != before["waiting"][:len(admitted)]:
         _fail(f"{where}: admitted {admitted} while earlier requests kept waiting: admit "
               "waiting requests first come, first served")
@@ -188,6 +193,11 @@ def check_end(job: dict, result: dict[str, Any]) -> None:
               f"free and the cache holds {cached} of {job['num_blocks']}; release a request's "
               "blocks when it finishes or is preempted")
     if result["cache_size"] is not None and result["free_after_evict"] != job["num_blocks"]:
+        if result.get("free_after_evicts") == job["num_blocks"]:
+            _fail(f"evict(n) must go on removing unreferenced leaves until n blocks went or "
+                  f"none is left (a parent left childless included): after every request "
+                  f"finished, one evict({job['num_blocks']}) freed only up to "
+                  f"{result['free_after_evict']} blocks, and further calls freed the rest")
         _fail(f"after every request finished, cache.evict could free only "
               f"{result['free_after_evict']} of {job['num_blocks']} blocks: a finished or "
               "preempted request still holds a reference on a radix node (dec_ref)")

@@ -57,6 +57,11 @@ def judge(name: str, outcomes: dict) -> None:
                     f"{where}: a split must leave the holder's reference on the lower part "
                     f"(the node it matched) — with every reference released, evict(everything) "
                     f"left {got['size']} blocks in the tree (README §4)")
+            if isinstance(got["result"], int) and got["result"] < min(op[1], want):
+                raise AssertionError(
+                    f"{where}: evict(n) must go on removing unreferenced leaves until n blocks "
+                    f"went or none is left: evict({op[1]}) returned {got['result']}, expected "
+                    f"{want}")
             if got["refcounts"] != model.refcounts or got["result"] != want:
                 raise AssertionError(
                     f"{where}: evict removed the wrong leaves (returned {got['result']}, "
