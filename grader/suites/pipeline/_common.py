@@ -592,7 +592,9 @@ def _grad_hint(case: TrainCase, data: dict, s: int, i: int, what: str, actual: t
         return (f"no gradient reached stage {s}: the activation it received back must be a leaf "
                 f"that requires grad, and stage {s + 1} sends that input's .grad")
     if s < p - 1:
-        return (f"stage {s} is wrong while the later stages are right: the gradient sent back "
-                f"from stage {s + 1} must be the .grad of the input it received (not its "
-                f"output's gradient)")
+        # No evidence tells a wrong gradient sent back from a backward run on another
+        # micro-batch's activation: name both, the order first (the commoner of the two).
+        return (f"stage {s} is wrong while the later stages are right: each backward must use "
+                f"the activation saved for its own micro-batch, in the schedule's order, and "
+                f"stage {s + 1} must send back the .grad of the input it received")
     return "compare with one process training the whole model on the whole batch"
