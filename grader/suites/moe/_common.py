@@ -441,8 +441,10 @@ def run(launch, impl, world: int):
     """The launch of every case of `world` ranks, once per session and implementation."""
     def make():
         cases = {name: _strip(c) for name, c in cases_for(world).items()}
+        # A rank left waiting in a case's collective is released by the case group's timeout
+        # and fails only that case: the stall watch must not end the launch before it does.
         return launch(rank_all, world_size=world, args=(cases,), backend=BACKEND,
-                      timeout=_RUNS.timeout(TIMEOUT_S))
+                      timeout=_RUNS.timeout(TIMEOUT_S), stall_after=CASE_GROUP_TIMEOUT_S + 10)
 
     return _RUNS.get((str(impl.text), world), make)
 
