@@ -97,7 +97,9 @@ for i, seed in enumerate(draw_ints(4)):
     JOBS[f"radix{i}"] = {"kind": "radix", "num_blocks": 256, "ops": radix_ops(seed, 40)}
 JOBS["radix_lru"] = {"kind": "radix", "num_blocks": 64, "ops": [
     ("insert", [1, 2, 3, 4]), ("insert", [1, 2, 7, 7]), ("insert", [5, 5]),
-    ("match", [1, 2, 3]),      # uses the first: the [7, 7] leaf is now the oldest
+    # uses the whole first path (a match ending inside [3, 4] would split it, and the lower
+    # part [4] would keep its old stamp): the [7, 7] leaf is now the oldest
+    ("match", [1, 2, 3, 4]),
     ("evict", 1), ("match", [1, 2, 7, 7]), ("match", [5, 5]), ("evict", 2),
     ("match", [1, 2, 3, 4]), ("match", [5, 5])]}
 JOBS["radix_locked"] = {"kind": "radix", "num_blocks": 64, "ops": [
