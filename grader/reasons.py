@@ -26,7 +26,8 @@ failure's first line and, before it reaches any report or progress line:
 
   The declared hint channel, never scrubbed (`test_a_declared_hint_is_never_blanked`):
   text bound to a hint-like name (`HINT_NAMES`: `hint`, `hints`, `what`, `label`, `message`,
-  `msg`, `reason`, `why`, `*_hint`, `*_HINT`) in any scope, whatever its use; text bound to a
+  `msg`, `reason`, `why`, `cause`, `situation`, `when`, `*_hint`, `*_HINT`) in any scope,
+  whatever its use; text bound to a
   local variable that a message of the same function uses (`hint = "..."` then
   `assert ok, f"{what}: {hint}"`); an argument passed, by keyword or by position, to a
   parameter of a hidden function whose name is hint-like (`def check(got, name, what, hint)`
@@ -66,7 +67,7 @@ _MESSAGE_CALLS = {"fail", "skip", "xfail", "skipif", "importorskip", "UsageError
                   "case_value", "case_values", "hint", "said"}
 # Names whose value, argument or parameter is a declared hint (see the module docstring).
 HINT_NAMES = frozenset({"reason", "msg", "match", "message", "hint", "hints", "what", "label",
-                        "why", "cause", "description"})
+                        "why", "cause", "description", "situation", "when"})
 _MESSAGE_KEYWORDS = HINT_NAMES
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _WORD = re.compile(r"[A-Za-z0-9_]+")
