@@ -197,9 +197,9 @@ def _hint(got, want, m, last_only, s, p):
         return (f"no gradient reached stage {s}: the activation it received back must be a leaf "
                 f"that requires grad, and stage {s + 1} sends that input's .grad")
     if s < p - 1:
-        return (f"stage {s} is wrong while the later stages are right: each backward must use "
-                f"the activation saved for its own micro-batch, in the schedule's order, and "
-                f"stage {s + 1} must send back the .grad of the input it received")
+        return (f"stage {s} is wrong, later ones right: stage {s + 1} must send back the .grad "
+                f"of the input it received, and each backward use its own micro-batch's saved "
+                f"activation")
     return "compare with one process training the whole model on the whole batch"
 
 

@@ -603,8 +603,8 @@ def _grad_hint(case: TrainCase, data: dict, s: int, i: int, what: str, actual: t
                 f"that requires grad, and stage {s + 1} sends that input's .grad")
     if s < p - 1:
         # No evidence tells a wrong gradient sent back from a backward run on another
-        # micro-batch's activation: name both, the order first (the commoner of the two).
-        return (f"stage {s} is wrong while the later stages are right: each backward must use "
-                f"the activation saved for its own micro-batch, in the schedule's order, and "
-                f"stage {s + 1} must send back the .grad of the input it received")
+        # micro-batch's activation: name both, the gradient first (the commoner of the two).
+        return (f"stage {s} is wrong, later ones right: stage {s + 1} must send back the .grad "
+                f"of the input it received, and each backward use its own micro-batch's saved "
+                f"activation")
     return "compare with one process training the whole model on the whole batch"
