@@ -202,8 +202,9 @@ def layer_case(world: int, k: int, cf: float | None, seed: int,
 
 
 def layer_name(k: int, cf: float | None, empty: bool = False) -> str:
-    name = f"k={k}-capacity_factor={cf}"
-    return name + "-one_rank_receives_nothing" if empty else name
+    """The case's name, in test ids and messages (a declared label: never scrubbed)."""
+    label = f"k={k}-capacity_factor={cf}" + ("-one_rank_receives_nothing" if empty else "")
+    return label
 
 
 LAYER_SPECS = {  # world -> [(k, cf, seed, empty rank)]
