@@ -193,7 +193,7 @@ def margin_ratio(actual: torch.Tensor, expected: torch.Tensor, tol: Tolerance) -
 def assert_close(actual: object, expected: torch.Tensor, *, what: str,
                  dtype: torch.dtype | None = None, scale: float = 1.0,
                  tol: Tolerance | None = None, hint: str = "", check_dtype: bool = True,
-                 hint_first: bool = False) -> None:
+                 hint_first: bool = True) -> None:
     """Raise AssertionError unless `actual` matches `expected` within a tolerance.
 
     `what` names the value ("[rank 2 of 4] fc2.weight after step 3"); `hint` is the likely fix.
@@ -201,9 +201,10 @@ def assert_close(actual: object, expected: torch.Tensor, *, what: str,
     default tolerance; `expected` may be a float64 reference of a float32 result. `tol` is a
     derived bound for this comparison (see `bound` and friends); without it, the dtype's default
     times `scale`. The first line of the message says what, how much (max |Δ|) and where.
-    `hint_first` puts the hint right after `what`, before the numbers, in every message
-    ("<what>: <hint> — <what is wrong>"): reports keep only the first line's first 200
-    characters, and a long hint would otherwise be cut.
+    `hint_first` (the default: the cause first) puts the hint right after `what`, before the
+    numbers, in every message ("<what>: <hint> — <what is wrong>"): reports keep only the first
+    line's first 200 characters, and a hint after the numbers would be cut. The two values
+    quoted are printed with as many digits as it takes to tell them apart.
     Records the comparison's margin (see `take_margins`).
     """
     def first_line(problem: str) -> str:
@@ -238,10 +239,20 @@ def assert_close(actual: object, expected: torch.Tensor, *, what: str,
             if a.dim() else ()
         first = first_line(
             f"differs from the reference by {float(diff.max()):.3g} (max |Δ|) in {count} of "
-            f"{a.numel()} elements, first at {list(index)}: got {float(a.flatten()[flat]):.6g}, "
-            f"expected {float(e.flatten()[flat]):.6g}")
+            f"{a.numel()} elements, first at {list(index)}: got %s, expected %s"
+            % distinct(float(a.flatten()[flat]), float(e.flatten()[flat])))
         raise AssertionError(
             f"{first}\n(tolerance for {want}: rtol={tol.rtol:.3g}, atol={tol.atol:.3g})")
+
+
+def distinct(got: float, expected: float) -> tuple[str, str]:
+    """The two values with the fewest significant digits (at least 6, at most 17) that tell
+    them apart: "-0.2651181" and "-0.2651183", never "-0.265118" twice."""
+    for digits in range(6, 18):
+        pair = (f"{got:.{digits}g}", f"{expected:.{digits}g}")
+        if pair[0] != pair[1] or got == expected:
+            return pair
+    return (repr(got), repr(expected))
 
 
 def describe(dtype: torch.dtype, scale: float = 1.0) -> str:

@@ -166,10 +166,11 @@ def points_of(item: pytest.Item) -> int | None:
     return value
 
 
+@pytest.hookimpl(tryfirst=True)  # before any plugin reorders: `order` is the suite's order
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     state = config.stash[STATE]
     missing = []
-    for item in items:
+    for index, item in enumerate(items):
         assignment, visibility = classify(Path(item.path), state.hidden_roots)
         points = points_of(item)
         if points is None and (visibility or config.getoption("graded")):
@@ -180,7 +181,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                                         for name in marker.args))
         item.user_properties.extend([("points", points or 0), ("assignment", assignment),
                                      ("visibility", visibility), ("impl", label),
-                                     ("base_nodeid", nodeid), ("exercises", exercised)])
+                                     ("base_nodeid", nodeid), ("exercises", exercised),
+                                     ("order", index + 1)])
     if missing:
         listed = "\n  ".join(missing[:20])
         raise pytest.UsageError(f"grading tests without @pytest.mark.points(n) "

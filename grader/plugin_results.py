@@ -110,7 +110,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         outcome = TestOutcome(nodeid=nodeid, name=nodeid.split("::", 1)[-1],
                               assignment=props["assignment"], visibility=props["visibility"],
                               points=int(props["points"]),
-                              exercises=tuple(props.get("exercises", ())))
+                              exercises=tuple(props.get("exercises", ())),
+                              order=int(props.get("order", 0)))
         state.tests[(label, nodeid)] = outcome
     outcome.duration += report.duration
     margin = props.get("margin")
@@ -165,7 +166,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     for label, spec in state.impls.items():
         # A test that does not depend on the implementation (none of the graded ones should)
         # was run once, without a label: it counts for every implementation.
-        tests = [t.result() for (owner, _), t in state.tests.items() if owner in (label, "")]
+        tests = sorted((t.result() for (owner, _), t in state.tests.items()
+                        if owner in (label, "")), key=lambda t: t.order)  # the suite's order
         runs.append(RunResult(spec.text, tuple(tests), tuple(state.collection_errors),
                               int(exitstatus), sandbox, tuple(state.not_run.get(label, [])),
                               tuple(timing.items())))

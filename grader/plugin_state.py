@@ -32,6 +32,7 @@ class TestOutcome:
     margin_at: str = ""  # which comparison that was
     exercises: tuple[str, ...] = ()  # the public names it calls (@pytest.mark.exercises)
     inferred: bool = False  # not run: the reference's outcome (grader/plugin_coverage.py)
+    order: int = 0  # its place in the collection (the suite's order)
 
     def result(self) -> TestResult:
         return TestResult(
@@ -39,7 +40,8 @@ class TestOutcome:
             visibility=self.visibility, points=self.points, outcome=self.outcome,
             reason=self.reason, not_implemented=self.not_implemented,
             not_graded_here=self.not_graded_here, duration=self.duration, margin=self.margin,
-            margin_at=self.margin_at, exercises=self.exercises, inferred=self.inferred)
+            margin_at=self.margin_at, exercises=self.exercises, inferred=self.inferred,
+            order=self.order)
 
 
 @dataclass

@@ -22,7 +22,17 @@ failure's first line and, before it reaches any report or progress line:
   argument, the `what` of `case_value(s)`), which a failing test shows anyway — and the text
   such a message names at module level: a string constant bound to a name (`HINT = "..."`) or
   returned by a function (`def _hint(...): return "..."`) that a message uses; short ones
-  stay, since a rank's answer ("no error") is often one of them and a reason quotes it;
+  stay, since a rank's answer ("no error") is often one of them and a reason quotes it.
+
+  The declared hint channel, never scrubbed (`test_a_declared_hint_is_never_blanked`):
+  text bound to a hint-like name (`HINT_NAMES`: `hint`, `hints`, `what`, `label`, `message`,
+  `msg`, `reason`, `why`, `cause`, `situation`, `when`, `*_hint`, `*_HINT`) in any scope,
+  whatever its use; text bound to a
+  local variable that a message of the same function uses (`hint = "..."` then
+  `assert ok, f"{what}: {hint}"`); an argument passed, by keyword or by position, to a
+  parameter of a hidden function whose name is hint-like (`def check(got, name, what, hint)`
+  called as `check(got, "greedy", "greedy generate", "feed only the new token")`); and the
+  argument of `hint("...")`/`said(hint=...)`, markers a suite may define;
 - cut to `grader.results.REASON_CHARS`.
 
 What is collected comes from the hidden suite files with `ast` (never imported here), once per
@@ -54,8 +64,11 @@ MIN_CONSTANT_CHARS = 16
 MIN_CONSTANT_LINE_CHARS = 24
 # Calls whose string arguments are failure text meant for students.
 _MESSAGE_CALLS = {"fail", "skip", "xfail", "skipif", "importorskip", "UsageError", "exit",
-                  "case_value", "case_values"}
-_MESSAGE_KEYWORDS = {"reason", "msg", "match", "message", "hint", "what"}
+                  "case_value", "case_values", "hint", "said"}
+# Names whose value, argument or parameter is a declared hint (see the module docstring).
+HINT_NAMES = frozenset({"reason", "msg", "match", "message", "hint", "hints", "what", "label",
+                        "why", "cause", "description", "situation", "when"})
+_MESSAGE_KEYWORDS = HINT_NAMES
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _WORD = re.compile(r"[A-Za-z0-9_]+")
 _INNER = r"(?:[^<>]|<[^<>]{0,24}>)*"  # a repr's text, with file names such as "<hidden>"
@@ -201,9 +214,10 @@ def scrubber(hidden_roots: tuple[Path, ...], sources: tuple[Path, ...] | None = 
                 names.add(path.stem)
             names.update(_module_names(tree))
             trees.append(tree)
-    constants = set(_data_constants(trees, names))
+    said: set[str] = set()  # words of the suites' own messages: shown anyway
+    constants = set(_data_constants(trees, names, said))
     vocabulary, public_text = _public()
-    names = {n for n in names if _distinctive(n) and n not in vocabulary}
+    names = {n for n in names if _distinctive(n) and n not in vocabulary and n not in said}
     kept = {c for c in constants if c not in public_text and c not in vocabulary}
     return Scrubber(roots=tuple(sorted(r for r in roots if r not in ("", "."))),
                     files=frozenset(files), names=frozenset(names),
@@ -223,10 +237,12 @@ def _module_names(tree: ast.Module) -> Iterable[str]:
             yield from (n.id for n in ast.walk(target) if isinstance(n, ast.Name))
 
 
-def _data_constants(trees: list[ast.Module], names: set[str]) -> Iterable[str]:
+def _data_constants(trees: list[ast.Module], names: set[str],
+                    said: set[str] | None = None) -> Iterable[str]:
     """String constants of the modules that are data, not a failure message; adds the names of
-    the functions and classes they define to `names` on the way. A top-level name a message
-    uses may be defined in another of the modules (a hint constant in a shared helper)."""
+    the functions and classes they define to `names` on the way, and the words of the message
+    text to `said`. A top-level name a message uses may be defined in another of the modules
+    (a hint constant in a shared helper)."""
     texts: dict[str, list[ast.expr]] = {}
     for tree in trees:
         for name, nodes in _message_texts(tree).items():
@@ -234,13 +250,20 @@ def _data_constants(trees: list[ast.Module], names: set[str]) -> Iterable[str]:
     data: set[str] = set()
     message: set[str] = set()
     used: set[str] = set()  # top-level names a message refers to
-    _walk_constants([(tree, False) for tree in trees], names, data, message, used)
+    params = _hint_parameters(trees)
+    _walk_constants([(tree, False) for tree in trees], names, data, message, used, params)
+    for tree in trees:  # local variables a message of their function uses
+        for function in ast.walk(tree):
+            if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                _local_messages(function, names, data, message, used, params)
     done: set[str] = set()
     while used - done:  # message text named at top level is message text too, transitively
         name = sorted(used - done)[0]
         done.add(name)
         _walk_constants([(node, True) for node in texts.get(name, ())], names, data, message,
                         used)
+    if said is not None:
+        said.update(w for text in message for w in _IDENTIFIER.findall(text))
     yield from (piece for text in data - message for piece in _pieces(text))
 
 
@@ -269,10 +292,76 @@ def _message_texts(tree: ast.Module) -> dict[str, list[ast.expr]]:
     return out
 
 
+def is_hint_name(name: str) -> bool:
+    """A name whose value is a declared hint: one of `HINT_NAMES`, or ending in `_hint`/`_HINT`
+    (`CACHE_HINT`, `parity_hint`)."""
+    return name in HINT_NAMES or name.lower().endswith(("_hint", "_hints"))
+
+
+def _hint_parameters(trees: list[ast.Module]) -> dict[str, tuple[frozenset[int],
+                                                                   frozenset[str]]]:
+    """Functions of the hidden modules with hint-like parameters: name -> (positions of those
+    parameters in a call, their names). A method's `self`/`cls` takes no position."""
+    out: dict[str, tuple[frozenset[int], frozenset[str]]] = {}
+    for tree in trees:
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            positional = [a.arg for a in (*node.args.posonlyargs, *node.args.args)]
+            if positional and positional[0] in ("self", "cls"):
+                positional = positional[1:]
+            every = positional + [a.arg for a in node.args.kwonlyargs]
+            hinted = frozenset(a for a in every if is_hint_name(a))
+            if hinted:
+                positions = frozenset(i for i, a in enumerate(positional) if a in hinted)
+                old = out.get(node.name, (frozenset(), frozenset()))
+                out[node.name] = (old[0] | positions, old[1] | hinted)
+    return out
+
+
+def _assigned(function: ast.AST) -> dict[str, list[ast.expr]]:
+    """Names a function (with the functions nested in it) binds -> the values bound."""
+    out: dict[str, list[ast.expr]] = {}
+    for node in ast.walk(function):
+        pairs: list[tuple[ast.expr, ast.expr]] = []
+        if isinstance(node, ast.Assign):
+            pairs = [(t, node.value) for t in node.targets]
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign, ast.NamedExpr)) \
+                and node.value is not None:
+            pairs = [(node.target, node.value)]
+        for target, value in pairs:
+            for name in ast.walk(target):
+                if isinstance(name, ast.Name):
+                    out.setdefault(name.id, []).append(value)
+    return out
+
+
+def _local_messages(function: ast.AST, names: set[str], data: set[str], message: set[str],
+                    used: set[str], params: dict[str, tuple[frozenset[int], frozenset[str]]],
+                    ) -> None:
+    """Text bound to a local variable of `function` that one of its messages uses (or whose
+    name is hint-like) is message text, transitively."""
+    local_used: set[str] = set()
+    _walk_constants([(function, False)], names, set(), set(), local_used, params)
+    assigned = _assigned(function)
+    local_used |= {n for n in assigned if is_hint_name(n)}
+    done: set[str] = set()
+    while (local_used & assigned.keys()) - done:
+        name = sorted((local_used & assigned.keys()) - done)[0]
+        done.add(name)
+        _walk_constants([(value, True) for value in assigned[name]], names, data, message,
+                        local_used, params)
+    used |= local_used - assigned.keys()  # a module-level name the local message quotes
+
+
 def _walk_constants(stack: list[tuple[ast.AST, bool]], names: set[str], data: set[str],
-                    message: set[str], used: set[str]) -> None:
+                    message: set[str], used: set[str],
+                    params: dict[str, tuple[frozenset[int], frozenset[str]]] | None = None,
+                    ) -> None:
     """Sort the string constants under `stack` into data and message text (a node's flag says
-    whether it is inside a message); names read inside a message go to `used`."""
+    whether it is inside a message); names read inside a message go to `used`. `params`: the
+    hidden functions whose hint-like parameters make an argument message text."""
+    params = params or {}
     while stack:
         node, in_message = stack.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -295,10 +384,17 @@ def _walk_constants(stack: list[tuple[ast.AST, bool]], names: set[str], data: se
                 ("Error", "Exception"))
             if in_message and isinstance(func, ast.Name):
                 used.add(func.id)
+            positions, keywords = params.get(called, (frozenset(), frozenset()))
             stack.append((func, in_message))
-            stack += [(arg, in_args) for arg in node.args]
-            stack += [(kw.value, in_message or kw.arg in _MESSAGE_KEYWORDS)
-                      for kw in node.keywords]
+            stack += [(arg, in_args or i in positions) for i, arg in enumerate(node.args)]
+            stack += [(kw.value, in_message or kw.arg in _MESSAGE_KEYWORDS
+                       or kw.arg in keywords) for kw in node.keywords]
+            continue
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and any(
+                isinstance(t, ast.Name) and is_hint_name(t.id)
+                for t in (node.targets if isinstance(node, ast.Assign) else [node.target])):
+            if node.value is not None:
+                stack.append((node.value, True))
             continue
         stack += [(child, in_message) for child in ast.iter_child_nodes(node)]
 

@@ -63,6 +63,10 @@ class TestResult:
     # Selfcheck only: not run for this variant, since it ran none of the code the variant
     # changes; the outcome is the reference's (grader/plugin_coverage.py).
     inferred: bool = False
+    # Its place in the suite's order (pytest's collection order: files, then tests as the file
+    # defines them, unit tests before the integration tests that use them); reports list tests
+    # in this order, and "the first failing test" is the first in it. 0 when unknown.
+    order: int = 0
 
     @property
     def passed(self) -> bool:
@@ -182,11 +186,17 @@ class RunResult:
         return sum(t.duration for t in self.tests)
 
     def by_assignment(self, order: tuple[str, ...] = ()) -> list[AssignmentScore]:
-        """Per-assignment totals: ids in `order` first (course order), then any others."""
+        """Per-assignment totals: ids in `order` first (course order), then any others; each
+        assignment's tests in the suite's order (`ordered`)."""
         ids = [i for i in order if any(t.assignment == i for t in self.tests)]
         ids += sorted({t.assignment for t in self.tests} - set(ids))
-        ordered = sorted(self.tests, key=_report_order)
+        ordered = self.ordered()
         return [AssignmentScore(i, tuple(t for t in ordered if t.assignment == i)) for i in ids]
+
+    def ordered(self) -> list[TestResult]:
+        """The tests in report order: suites before the worksheet, public tests first, then
+        the suite's own order (`TestResult.order`); whatever order xdist finished them in."""
+        return sorted(self.tests, key=_report_order)
 
     def to_json(self) -> dict[str, Any]:
         """The plugin's results file: what `from_json` reads."""
@@ -262,15 +272,17 @@ def _read_json(path: Path) -> Any:
 
 
 def _report_order(test: TestResult) -> tuple:
-    """Suites before the worksheet; public tests first, then by node id with numbers compared
-    as numbers (`[2]` < `[10]`). Worksheet cells keep their notebook order.
+    """Suites before the worksheet; public tests first, then in the suite's order (collection
+    order: a file's unit tests before its integration tests, never alphabetical), then by node
+    id with numbers compared as numbers (`[2]` < `[10]`) where no order is known. Worksheet
+    cells keep their notebook order.
 
     Under xdist the plugin lists tests as they finish; reports must not depend on that.
     """
     if test.part != "suite":
-        return (PARTS.index(test.part), 0, ())
+        return (PARTS.index(test.part), 0, 0, ())
     natural = tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", test.nodeid))
-    return (0, test.visibility != "public", natural)
+    return (0, test.visibility != "public", test.order, natural)
 
 
 _TEST_FIELDS: dict[str, type | tuple[type, ...]] = {
@@ -314,6 +326,10 @@ def _test(item: Any, where: str) -> TestResult:
     if not isinstance(inferred, bool):
         raise ResultsError(f"{where}.inferred: expected a bool, got {inferred!r}")
     values["inferred"] = inferred
+    order = item.get("order", 0)  # optional: results written before it existed
+    if isinstance(order, bool) or not isinstance(order, int) or order < 0:
+        raise ResultsError(f"{where}.order: expected a non-negative int, got {order!r}")
+    values["order"] = order
     return TestResult(**values)
 
 

@@ -24,7 +24,7 @@ from harness.errors import (
     RankTimeout,
 )
 from harness.rankmain import RankJob
-from harness.stacks import summarize_stack
+from harness.stacks import hang_headline, summarize_stack
 
 OUTPUT_TAIL_CHARS = 3000
 STACK_DUMP_WAIT_S = 2.0
@@ -130,8 +130,9 @@ def timeout_error(fn_name: str, timeout: float, stacks: dict[int, str],
     else:
         why = (f"(a deadlock: every rank has been asleep for {stalled_s:g} s, using almost no "
                f"CPU, each waiting for something no rank will do)")
-    lines = [f"{fn_name} did not finish within {timeout:g} s on {world_size} rank(s) {why}; "
-             f"where each rank was:"]
+    # The first line is all a report keeps (cut to 200 characters): who waited on what first.
+    lines = [f"{hang_headline(stacks, world_size)} — {fn_name} did not finish within "
+             f"{timeout:g} s on {world_size} rank(s) {why}; where each rank was:"]
     for r, text in stacks.items():
         lines.append(f"  rank {r}: {summarize_stack(text)}")
     for r, text in stacks.items():

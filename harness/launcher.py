@@ -144,7 +144,8 @@ def launch(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] =
            impl: str | ImplSpec = "assignments", backend: str = "auto", timeout: float = 30.0,
            forbid: Forbid | None = None, seed: int = 0, env: dict[str, str] | None = None,
            max_result_bytes: int = payload.DEFAULT_MAX_BYTES,
-           transport: str = "in-rank", functional_collectives: bool = False) -> LaunchResult:
+           transport: str = "in-rank", functional_collectives: bool = False,
+           stall_after: float | None = None) -> LaunchResult:
     """Run `fn(ctx, *args, *rank_args[r], **kwargs)` on `world_size` fresh rank processes.
 
     Returns a LaunchResult. Raises (in this process): NotImplementedInRank, RankFailure,
@@ -164,14 +165,23 @@ def launch(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] =
     A launch whose ranks could not join their process group (gloo's connection set-up failing,
     as it rarely does on a loaded machine, before `fn` ran on any rank: `RENDEZVOUS_ERROR`) is
     made once more with fresh processes; the code under test never ran, so nothing is judged.
+
+    `stall_after`: seconds every rank must be asleep before the launch is reported hung
+    (harness/stall.py; default `STALL_AFTER_S`). A launch whose ranks wait on purpose — cases
+    on process groups with their own collective timeout, which fail one case and let the
+    launch go on — passes more than that timeout, so that only a real hang ends it, whatever
+    the machine's load.
     """
+    if stall_after is not None and stall_after <= 0:
+        raise ValueError(f"stall_after must be positive, not {stall_after}")
     for attempt in range(RENDEZVOUS_ATTEMPTS):
         try:
             return _launch_once(fn, world_size, args=args, kwargs=kwargs, rank_args=rank_args,
                                 impl=impl, backend=backend, timeout=timeout, forbid=forbid,
                                 seed=seed, env=env, max_result_bytes=max_result_bytes,
                                 transport=transport,
-                                functional_collectives=functional_collectives)
+                                functional_collectives=functional_collectives,
+                                stall_after=stall_after)
         except RankFailure as exc:
             if exc.exc_type != RENDEZVOUS_ERROR or attempt == RENDEZVOUS_ATTEMPTS - 1:
                 raise
@@ -189,7 +199,8 @@ def _launch_once(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[
                  env: dict[str, str] | None = None,
                  max_result_bytes: int = payload.DEFAULT_MAX_BYTES,
                  transport: str = "in-rank",
-                 functional_collectives: bool = False) -> LaunchResult:
+                 functional_collectives: bool = False,
+                 stall_after: float | None = None) -> LaunchResult:
     """One attempt of `launch` (same arguments)."""
     if transport not in ("in-rank", "sidecar"):
         raise ValueError(f"transport must be 'in-rank' or 'sidecar', not {transport!r}")
@@ -264,7 +275,8 @@ def _launch_once(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[
                          disk=(workdir, disk_cap),
                          helpers=sidecars.pids if sidecars is not None else (),
                          # A GPU wait may sleep without CPU: only CPU launches are watched.
-                         watch_stalls=chosen_backend == "gloo" and not torch.cuda.is_available())
+                         watch_stalls=chosen_backend == "gloo" and not torch.cuda.is_available(),
+                         stall_after=stall_after)
         results = [payload.load(job.path("result.pt"), max_result_bytes,
                                 who=f"rank {job.rank} of {world_size}") for job in jobs]
         wire = sidecars.records() if sidecars is not None else None
@@ -516,7 +528,8 @@ def _watch(procs: list[Any], jobs: list[RankJob], deadline: float, timeout: floa
            fn_name: str, *, limited: bool,
            group: cgroups.LaunchGroup | None = None,
            helpers: Sequence[int] = (), watch_stalls: bool = True,
-           disk: tuple[str, int] | None = None) -> list[int | None]:
+           disk: tuple[str, int] | None = None,
+           stall_after: float | None = None) -> list[int | None]:
     """Wait for every rank; raise on the first failure, exit without result, or timeout — or
     as soon as every rank still running (and every helper process, `helpers`: the sidecars)
     is found hung (harness/stall.py).
@@ -530,7 +543,7 @@ def _watch(procs: list[Any], jobs: list[RankJob], deadline: float, timeout: floa
     world_size = len(procs)
     pending = {proc.sentinel: r for r, proc in enumerate(procs)}
     written: list[int | None] = [None] * world_size
-    stall = StallWatch()
+    stall = StallWatch() if stall_after is None else StallWatch(after=stall_after)
     next_disk_check = time.monotonic()
     while pending:
         if disk is not None and time.monotonic() >= next_disk_check:

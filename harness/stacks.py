@@ -1,4 +1,5 @@
-"""Reading faulthandler dumps: one line per rank saying where it was blocked."""
+"""Reading faulthandler dumps: one line per rank saying where it was blocked, and the one line
+of a hang that says who waited on what (`hang_headline`)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,61 @@ def _is_library(file: str) -> bool:
 
 def _frames(block: str) -> list[tuple[str, int, str]]:
     return [(m["file"], int(m["line"]), m["func"]) for m in _FRAME.finditer(block)]
+
+
+def _main_frames(text: str) -> list[tuple[str, int, str]]:
+    blocks = re.split(r"\n(?=(?:Current thread|Thread) 0x)", text.strip())
+    main = next((b for b in blocks if b.startswith("Current thread")), blocks[0] if blocks else "")
+    return _frames(main)
+
+
+_COMMUNICATION_FILES = ("distributed_c10d.py",)
+
+
+def waiting_in(text: str) -> tuple[str, str]:
+    """(the call a rank waits in, where the rank's own code made it) from its faulthandler
+    dump: the outermost `torch.distributed` function on the stack (`all_to_all_single`,
+    `recv`, `barrier`), else the innermost frame; the caller is the innermost frame outside
+    torch, the standard library and the harness ("" when none). ("", "") without a stack."""
+    frames = _main_frames(text)
+    if not frames:
+        return "", ""
+    comm = [f for f in frames if os.path.basename(f[0]) in _COMMUNICATION_FILES]
+    call = comm[-1][2] if comm else frames[0][2]
+    user = next((f for f in frames if not _is_library(f[0])), None)
+    caller = f"{os.path.basename(user[0])}:{user[1]} in {user[2]}" if user else ""
+    return call, caller
+
+
+def _ranks(ranks: list[int]) -> str:
+    """"rank 2", "ranks 1-3", "ranks 0, 2"."""
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    if ranks == list(range(ranks[0], ranks[-1] + 1)):
+        return f"ranks {ranks[0]}-{ranks[-1]}"
+    return "ranks " + ", ".join(str(r) for r in ranks)
+
+
+def hang_headline(stacks: dict[int, str], world_size: int) -> str:
+    """Who waited on what, in one line, from the stacks of the ranks still running (the others
+    returned): "rank 0 of 4 waits in all_to_all_single (called from moe.py:88 in backward)
+    while ranks 1-3 returned". Never empty."""
+    groups: dict[tuple[str, str], list[int]] = {}
+    for rank in sorted(stacks):
+        groups.setdefault(waiting_in(stacks[rank]), []).append(rank)
+    parts: list[str] = []
+    for (call, caller), ranks in groups.items():
+        who = _ranks(ranks) + ("" if parts else f" of {world_size}")
+        if not call:
+            parts.append(f"{who} gave no stack")
+            continue
+        verb = "waits" if len(ranks) == 1 else "wait"
+        parts.append(f"{who} {verb} in {call}" + (f" (called from {caller})" if caller else ""))
+    head = "; ".join(parts) or f"none of {world_size} ranks gave a stack"
+    returned = [r for r in range(world_size) if r not in stacks]
+    if returned:
+        head += f" while {_ranks(returned)} returned"
+    return head
 
 
 def summarize_stack(text: str) -> str:

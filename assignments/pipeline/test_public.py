@@ -20,6 +20,7 @@ from grader.compare import assert_close
 from grader.seeds import seeded_generator
 from harness import P2P_APIS, Forbid, RankTimeout
 from harness.cases import Memo, case_values
+from harness.stacks import waiting_in
 
 TIMEOUT_S = 60.0
 HANG_TIMEOUT_S = 20.0
@@ -196,17 +197,27 @@ def _hint(got, want, m, last_only, s, p):
         return (f"no gradient reached stage {s}: the activation it received back must be a leaf "
                 f"that requires grad, and stage {s + 1} sends that input's .grad")
     if s < p - 1:
-        return (f"stage {s} is wrong while the later stages are right: the gradient sent back "
-                f"from stage {s + 1} must be the .grad of the input it received")
+        return (f"stage {s} is wrong, later ones right: stage {s + 1} must send back the .grad "
+                f"of the input it received, and each backward use its own micro-batch's saved "
+                f"activation")
     return "compare with one process training the whole model on the whole batch"
+
+
+def hang_hint(exc: RankTimeout) -> str:
+    """The cause of a hung train_step, from where the ranks waited (harness.stacks): the
+    blocking-send hint only when a stage is blocked in a send."""
+    if any(waiting_in(text)[0] == "send" for text in exc.stacks.values()):
+        return ("train_step hung (a deadlock): a stage blocks in dist.send while its "
+                "neighbour sends too; post sends with dist.isend and wait for them at the end "
+                "of the step")
+    return ("train_step hung (a deadlock) with no stage blocked in a send: a stage waits for "
+            "a message its neighbour never sends; check each stage's warm-up count (p - s - 1 "
+            "forwards before 1F1B's steady state) and that every send has its recv")
 
 
 def _explain(exc):
     if isinstance(exc, RankTimeout):
-        return AssertionError(
-            "train_step hung (a deadlock): under 1F1B a stage sends an activation and then "
-            "waits for a gradient while its neighbour does the opposite; post sends with "
-            f"dist.isend and wait for them at the end of the step\n{exc}")
+        return AssertionError(f"{hang_hint(exc)} — {exc}")
     if "second time" in str(exc) or "freed" in str(exc):
         return AssertionError(
             "train_step ran a backward on a graph that was already used: keep every "

@@ -23,7 +23,9 @@ class RadixCache:
     block per token; the children of a node start with distinct tokens. A walk down the tree
     (by `match_prefix` or `insert`) that stops inside an edge, because the tokens run out or
     the next token differs, splits that node there into an upper node (the tokens walked) and
-    a lower node (the rest, with the children); nodes are never merged back.
+    a lower node (the rest, with the children); nodes are never merged back. A referenced node
+    stays the node its holders reference: the lower part is the node they matched, and the
+    upper part gets a copy of its count, so one `dec_ref` of the held node releases both.
 
     Ownership: the tree holds one reference (`BlockManager.incref`) on every block it stores,
     and drops it (`BlockManager.free`) when it evicts the node.

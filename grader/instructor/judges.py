@@ -179,5 +179,6 @@ def usable(session: Session, what: str) -> tuple[RunResult | None, list[str]]:
 
 
 def graded(run: RunResult) -> list:
-    """Tests that count on this machine (GPU-only tests skipped here do not)."""
-    return [t for t in run.tests if not t.not_graded_here]
+    """Tests that count on this machine (GPU-only tests skipped here do not), in report order
+    (the suite's: the first failing one is the most specific)."""
+    return [t for t in run.ordered() if not t.not_graded_here]

@@ -15,12 +15,14 @@ first line of the first test that catches it must contain it (case-insensitive).
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.manifest import Assignment
+from grader.reasons import HIDDEN
 from grader.results import RunResult
 
 STUB_MESSAGE = "{name}: stubbed by selfcheck's partial-credit check"
@@ -207,8 +209,22 @@ def expected_feedback(mutant: Path) -> tuple[str, ...]:
     return ()
 
 
+def mostly_hidden(said: str) -> bool:
+    """Whether a reason is mostly blanked by the scrub (grader/reasons.py): it starts with
+    `<hidden>`, or a third or more of its words are `<hidden>` — the suite's own words were
+    taken for data, and the student learns nothing."""
+    text = said.strip()
+    blanked = text.count(HIDDEN)
+    words = len(re.findall(r"[A-Za-z]{2,}", text.replace(HIDDEN, " ")))
+    return text.startswith(HIDDEN) or (blanked > 0 and 3 * blanked >= blanked + words)
+
+
 def feedback_breach(name: str, wanted: tuple[str, ...], said: str) -> str:
-    """"" when the first failing test's first line contains every wanted phrase."""
+    """"" when the first failing test's first line contains every wanted phrase and is not
+    mostly `<hidden>` (`mostly_hidden`)."""
+    if said and mostly_hidden(said):
+        return (f"mutant {name}: the first failing test says {said!r}, mostly blanked by the "
+                f"scrub: declare the hint (hint=, a hint-like name; grader/reasons.py)")
     if not wanted:
         return (f"mutant {name} states no FEEDBACK: say what a student with this bug must be "
                 f"told (FEEDBACK = \"...\" in solutions/<id>/mutants/{name}.py)")

@@ -150,12 +150,24 @@ def test_assert_close_uses_a_given_bound():
 ])
 def test_hint_first_leads_every_message_with_the_fix(actual, problem):
     """Reports keep a first line's first 200 characters: with hint_first the fix comes right
-    after what was compared, whatever went wrong; without it, after the problem."""
+    after what was compared, whatever went wrong (the default: the cause first); without it,
+    after the problem."""
     expected = torch.zeros(2)
     with pytest.raises(AssertionError, match=rf"^y: swap the dims — {problem}"):
-        assert_close(actual, expected, what="y", hint="swap the dims", hint_first=True)
-    with pytest.raises(AssertionError, match=rf"^y: {problem}.*; swap the dims"):
         assert_close(actual, expected, what="y", hint="swap the dims")
+    with pytest.raises(AssertionError, match=rf"^y: {problem}.*; swap the dims"):
+        assert_close(actual, expected, what="y", hint="swap the dims", hint_first=False)
+
+
+def test_quoted_values_show_their_difference():
+    """A 1.55e-07 difference is not "got -0.265118, expected -0.265118"."""
+    from grader.compare import distinct
+
+    assert distinct(-0.26511812, -0.26511827) == ("-0.2651181", "-0.2651183")
+    assert distinct(1.0, 2.0) == ("1", "2") and distinct(0.5, 0.5) == ("0.5", "0.5")
+    expected = torch.tensor([-0.26511812], dtype=F64)
+    with pytest.raises(AssertionError, match=r"got -0.265118, expected -0.2651181"):
+        assert_close(expected + 1.55e-7, expected, what="x", dtype=F64)
 
 def test_seed_shift_changes_the_draw_and_travels_in_the_environment(monkeypatch):
     monkeypatch.delenv(seeds.SHIFT_VARIABLE, raising=False)

@@ -62,3 +62,14 @@ def test_one_method_is_stubbed_with_the_given_message():
 def test_a_name_the_source_lacks_is_refused(name):
     with pytest.raises(ValueError, match="to stub"):
         stubbed_source(SOURCE, name)
+
+
+def test_a_mostly_hidden_first_line_is_a_feedback_breach():
+    """A reason the scrub blanked teaches nothing, whatever FEEDBACK it happens to contain."""
+    from grader.instructor.partial import feedback_breach, mostly_hidden
+
+    blanked = "<hidden>: <hidden> — first differs at new token 2"
+    assert mostly_hidden(blanked) and mostly_hidden("top-k: <hidden> <hidden> at 2")
+    assert feedback_breach("topk", ("differs",), blanked)
+    said = "top-k sampling: keep the top_k largest logits — first differs at new token 2"
+    assert not mostly_hidden(said) and feedback_breach("topk", ("top_k",), said) == ""

@@ -106,3 +106,37 @@ def test_progress_counts_finished_tests_under_xdist(tmp_path):
     proc, _ = run_pytest(tmp_path, body, "-n", "2", "--mlsys-progress")
     counters = sorted(int(n) for n in re.findall(r"\[\s*(\d+)\] demo", proc.stdout))
     assert counters == [1, 2, 3, 4, 5, 6], proc.stdout
+
+
+ORDERED_SUITE = '''
+import pytest
+
+@pytest.mark.points(1)
+def test_zz_unit_names_the_cause():
+    assert False, "the unit: names the cause"
+
+@pytest.mark.points(1)
+def test_bb_integration():
+    assert False, "the integration test: generic"
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("n", [10, 2])
+def test_aa_last(n):
+    pass
+'''
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_results_come_in_the_suites_order_not_alphabetically(tmp_path, workers):
+    """Results (and so summary.md, the terminal table, results.json) list tests as the suite
+    defines them: the unit test that names the cause before the integration test after it."""
+    from grader.results import RunResult
+
+    proc, data = run_pytest(tmp_path, ORDERED_SUITE, *workers)
+    names = ["test_zz_unit_names_the_cause", "test_bb_integration", "test_aa_last[10]",
+             "test_aa_last[2]"]
+    assert [t["name"] for t in data["tests"]] == names, proc.stdout
+    run = RunResult.from_json(data)
+    [demo] = run.by_assignment()
+    assert [t.name for t in demo.tests] == names
+    assert next(t for t in run.ordered() if not t.passed).reason == "the unit: names the cause"

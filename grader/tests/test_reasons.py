@@ -207,3 +207,86 @@ def test_text_a_hidden_message_names_is_a_message(tmp_path):
         assert reasons.failure_reason(AssertionError(message), roots, path)[0] == message
     leaked = "got a secret data string of the suite"
     assert reasons.failure_reason(AssertionError(leaked), roots, path)[0] == "got <hidden>"
+
+
+def test_a_declared_hint_is_never_blanked(tmp_path):
+    """The declared channel (grader/reasons.py): a hint in a local variable, one passed by
+    position to a hint-like parameter (gpt's `check(got, name, what, hint)`), a method's, a
+    `label`/`what` dict and a `hint(...)` marker survive whole; other data does not."""
+    folder = tmp_path / "suites" / "toy"
+    folder.mkdir(parents=True)
+    (folder / "test_declared.py").write_text(textwrap.dedent('''\
+        SECRET = "a secret data string of the suite"
+
+
+        def check(got, name, what, hint):
+            assert got, f"{what}: {hint}"
+
+
+        class Judge:
+            def judge(self, got, what, *, cause=""):
+                assert got, f"{what}: {cause}"
+
+
+        def test_x(got):
+            hint = "divide the all-reduced sum by N before the step"
+            label = {"bad": "Zero3 with a world size that does not divide the rows"}
+            assert got, f"{label['bad']}: {hint}"
+            check(got, SECRET, "greedy generate with the KV cache",
+                  "feed only the new token at its true position")
+            Judge().judge(got, "the loaded optimizer state", cause="load the step count too")
+            text = hint("keep the prompt out of the prefix statistics")
+            assert got, text
+        '''))
+    roots, path = [tmp_path / "suites"], folder / "test_declared.py"
+    for message in ("fc1.weight.grad: divide the all-reduced sum by N before the step",
+                    "Zero3 with a world size that does not divide the rows: expected ValueError",
+                    "greedy generate with the KV cache: feed only the new token at its true "
+                    "position",
+                    "the loaded optimizer state: load the step count too",
+                    "keep the prompt out of the prefix statistics"):
+        assert reasons.failure_reason(AssertionError(message), roots, path)[0] == message
+    leaked = "got a secret data string of the suite"
+    assert reasons.failure_reason(AssertionError(leaked), roots, path)[0] == "got <hidden>"
+
+
+def _declared_hints(tree) -> list[str]:
+    """The string constants of a suite's declared hints, found independently of
+    grader/reasons.py's walk: `hint=`-like keywords and values bound to hint-like names."""
+    import ast
+
+    found: list[str] = []
+
+    def texts(node):
+        return [n.value for n in ast.walk(node) if isinstance(n, ast.Constant)
+                and isinstance(n.value, str)]
+
+    for node in ast.walk(tree):
+        keyword = isinstance(node, ast.keyword) and node.arg in ("hint", "what", "cause")
+        bound = isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and reasons.is_hint_name(t.id) for t in node.targets)
+        if keyword or bound:
+            found += texts(node.value)
+    return found
+
+
+@pytest.mark.parametrize("assignment", sorted(
+    p.name for p in (reasons.REPO_ROOT / "grader" / "suites").iterdir()
+    if p.is_dir() and not p.name.startswith("_")))
+def test_no_declared_hint_of_a_real_suite_is_blanked(assignment):
+    """Every declared hint of the real hidden suites comes back from the scrub as it was."""
+    import ast
+
+    root = reasons.REPO_ROOT / "grader" / "suites"
+    folder = root / assignment
+    blanked = []
+    for path in sorted(folder.glob("*.py")):
+        for text in _declared_hints(ast.parse(path.read_text())):
+            line = " ".join(text.split())
+            if len(line) < reasons.MIN_CONSTANT_CHARS:
+                continue
+            got = reasons.failure_reason(AssertionError(line[:150]), [root],
+                                         folder / "test_x.py")[0]
+            if reasons.HIDDEN in got:
+                blanked.append(f"{path.name}: {got}")
+    assert not blanked, blanked[:5]

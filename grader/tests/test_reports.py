@@ -199,3 +199,11 @@ def test_reports_list_public_tests_first_then_in_natural_node_order():
     assert [(t.visibility, t.name) for t in toy.tests] == [
         ("public", "test_a"), ("hidden", "test_a"), ("hidden", "test_b[2]"),
         ("hidden", "test_b[10]")]
+
+
+def test_reports_follow_the_suites_order_when_known():
+    """`order` (the collection index) beats the node id: teaching order, not alphabetical."""
+    tests = [{**entry("test_a_integration"), "order": 3}, {**entry("test_z_unit"), "order": 2},
+             {**entry("test_m", visibility="public"), "order": 9}]
+    [toy] = run_of(tests).by_assignment()
+    assert [t.name for t in toy.tests] == ["test_m", "test_z_unit", "test_a_integration"]

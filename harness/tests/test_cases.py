@@ -255,3 +255,65 @@ def test_windows_cut_the_log_at_marks():
         "step 0": [2, 5], "inner": [3], "step 1": [4]}
     steps = windows(records, "step ")
     assert [r.op for r in steps["step 0"]] == ["send", "mark", "recv", "send"]
+
+
+# -- a case that hangs costs only itself, whatever the load ---------------------------------------
+GROUP_TIMEOUT_S = 7.0  # above the stall watch's STALL_AFTER_S: the watch must wait for it
+
+
+def rank_skips_a_collective(ctx, group_timeout):
+    """Rank 0 leaves out the all-reduce of case "skipped" (on a group with its own collective
+    timeout): the other ranks wait there until that timeout frees them, and only that case
+    fails; the cases before and after keep their values."""
+    from datetime import timedelta
+
+    def collective():
+        t = torch.tensor([float(ctx.rank)])
+        dist.all_reduce(t)
+        return t
+
+    def skipped():
+        group = ctx.new_group(list(range(ctx.world_size)),
+                              timeout=timedelta(seconds=group_timeout))
+        if ctx.rank != 0:
+            dist.all_reduce(torch.ones(1), group=group)
+        return ctx.rank
+
+    return run_cases(ctx, [("before", collective), ("skipped", skipped), ("after", collective)])
+
+
+def _outcomes(load: int) -> dict[str, str]:
+    import subprocess
+    import sys
+
+    from harness.stall import STALL_AFTER_S
+
+    assert GROUP_TIMEOUT_S > STALL_AFTER_S
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(load)]
+    try:
+        result = launch(rank_skips_a_collective, world_size=3, args=(GROUP_TIMEOUT_S,),
+                        timeout=90, stall_after=GROUP_TIMEOUT_S + 8)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    out = {}
+    for name in ("before", "skipped", "after"):
+        try:
+            out[name] = str(case_values(result.values, name))
+        except RankFailure as exc:
+            out[name] = "failed: " + str(exc).splitlines()[0][:60]
+    return out
+
+
+def test_a_case_that_hangs_costs_only_itself_idle_and_under_load():
+    """The stall watch waits longer than the cases' group timeout (launch(stall_after=...)):
+    the hung case fails alone, the launch goes on, and the outcome is the same with CPU hogs
+    running beside it."""
+    idle = _outcomes(load=0)
+    assert idle["before"] == idle["after"] == str([torch.tensor([3.0])] * 3)
+    assert idle["skipped"].startswith("failed:")
+    loaded = _outcomes(load=4)
+    assert loaded.keys() == idle.keys()
+    assert [v.startswith("failed:") for v in loaded.values()] == [False, True, False]
+    assert loaded["before"] == loaded["after"] == idle["after"]

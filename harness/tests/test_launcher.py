@@ -97,6 +97,8 @@ def test_a_deadlock_ends_at_the_limit_with_every_rank_stack():
     assert set(err.stacks) == {0, 1}
     summary = str(err).splitlines()
     assert "did not finish within 4 s" in summary[0]
+    # who waited on what comes first: the only line a report keeps
+    assert summary[0].startswith("ranks 0-1 of 2 wait in recv (called from rankfns.py:")
     assert all("in recv" in line and "rankfns.py" in line for line in summary[1:3])
 
 

@@ -38,9 +38,9 @@ def test_bf16_hook_halves_the_bytes(run):
         got = allreduces(by_label.get("bf16 step 0", []) + by_label.get("bf16 step 0 tap", []))
         sizes = [r.bytes for r in got]
         assert all(r.dtype == "bfloat16" for r in got) and sizes == expected, (
-            f"{where(rank, run.world_size)} all-reduces of {sizes} bytes in "
-            f"{sorted({r.dtype for r in got})}; expected one bfloat16 all-reduce per bucket, "
-            f"{expected} bytes (half of float32)")
+            f"{where(rank, run.world_size)} one bfloat16 all-reduce per bucket, {expected} "
+            f"bytes (half of float32) — got all-reduces of {sizes} bytes in "
+            f"{sorted({r.dtype for r in got})}")
 
 
 @pytest.mark.points(2)

@@ -5,7 +5,9 @@ backward must raise RuntimeError naming both of ghost's parameters (ghost.weight
 of its bucket). With `find_unused_parameters=True`, `extra` is used by rank 0 in the first
 backward and by nobody in the second: the first must leave half of rank 0's gradient for extra
 and zeros for ghost, the second zeros for both (extra.weight is the last of its bucket, so a
-slot not cleared between backward passes shows).
+slot not cleared between backward passes shows). Bucket 0 holds ghost and extra, so it fills
+only in the end-of-backward callback: every later bucket, full long before, must wait for it
+(README §4's launch rule), and the all-reduces of each backward come in bucket index order.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ import pytest
 from grader.compare import assert_close
 from grader.suites.ddp._common import (
     FIND_UNUSED,
+    allreduces,
     grad_tol,
     local_grads,
+    pack_with_bytes,
     wrapper2,
 )
 from harness.cases import case_value, where
@@ -70,3 +74,14 @@ def test_find_unused_parameters_averages_with_zeros(run):
                 assert_close(got, ref, tol=grad_tol(expected), what=what,
                              hint="unused parameters contribute zeros; every bucket is "
                                   "all-reduced once per backward, in index order")
+
+    in_order = [size for _, size in pack_with_bytes(FIND_UNUSED)]
+    for rank in range(run.world_size):
+        for step in range(FIND_UNUSED["steps"]):
+            records = run.wire_by_label(rank).get(f"find_unused step {step}", [])
+            got = [r.bytes for r in allreduces(records)]
+            assert got == in_order, (
+                f"{where(rank, run.world_size)} backward {step + 1}: launch bucket i only after "
+                f"buckets 0..i-1, in index order, even when a later bucket is full first "
+                f"(bucket 0 holds the unused parameters; README §4) — all-reduce sizes {got} "
+                f"bytes, expected {in_order}")

@@ -1,4 +1,5 @@
 """attention (14 points): causal and full attention in float64 and float32 (non-contiguous),
+float16/bfloat16 inputs with the softmax in float32,
 grouped-query heads equal to attention over K/V heads repeated in place, decode-shaped causal
 attention (fewer queries than keys), causality as a property, and clear errors."""
 
@@ -9,7 +10,7 @@ import math
 import pytest
 import torch
 
-from grader.compare import attention_bound
+from grader.compare import Tolerance, attention_bound, unit_roundoff
 from grader.suites.gpt._common import (
     F32,
     F64,
@@ -29,10 +30,18 @@ Q, K, V = randn(401, 2, 3, 9, 8), randn(402, 2, 3, 9, 8), randn(403, 2, 3, 9, 8)
 GQ, GK, GV = randn(404, 1, 6, 7, 4), randn(405, 1, 2, 7, 4), randn(406, 1, 2, 7, 4)
 DQ, DK, DV = randn(407, 2, 4, 3, 8), randn(408, 2, 2, 10, 8), randn(409, 2, 2, 10, 8)
 G = randn(410, 2, 3, 9, 8)
+# Half-precision inputs whose scores share a large common part (q·k ≈ 64 on every key, a
+# spread of a few units): the softmax ignores it, but a score rounded to float16/bfloat16 is
+# off by u·64 (0.03 / 0.25), which moves every weight; in float32 it is off by 4e-6.
+HQ, HK, HV = randn(431, 1, 4, 24, 16), randn(432, 1, 2, 24, 16), randn(433, 1, 2, 24, 16)
+HQ[..., 0], HK[..., 0] = 16.0, 16.0
+HALF = (torch.float16, torch.bfloat16)
 FUTURE_AT = 4  # keys and values after this position are replaced in the "future" probe
 
 DIAGONAL = said(hint=("a query must see its own key: the causal mask keeps the diagonal "
                       "(key position <= query position) (README §5.4)"))
+HALF_SOFTMAX = said(hint=("for float16/bfloat16 inputs compute the scores, the softmax and "
+                          "the weighted sum in float32, and return q's dtype (README §5.4)"))
 SCALE = said(hint="scale the scores by 1/sqrt(head_dim), not 1/head_dim (README §5.4)")
 INTERLEAVE = said(hint=("query head h reads K/V head h // (n_heads // n_kv_heads): repeat "
                         "each K/V head in place (repeat_interleave), not tile them (repeat) "
@@ -73,6 +82,8 @@ def build() -> dict[str, dict]:
         "default": probe("attention", Q, K, V),
         "full_f32": probe("attention", Q, K, V, False, dtype=F32, layout="transposed"),
         "causal_f32": probe("attention", Q, K, V, True, dtype=F32, layout="strided"),
+        **{f"half_{str(dtype)[6:]}": probe("attention", HQ, HK, HV, True, dtype=dtype)
+           for dtype in HALF},
         "gqa": probe("attention", GQ, GK, GV, True),
         "gqa_full": probe("attention", GQ, GK, GV, False),
         "decode": probe("attention", DQ, DK, DV, True),
@@ -101,7 +112,7 @@ def f32_tol(q, k, v):
                            / math.sqrt(q.shape[-1]), value_max=float(v.abs().max()))
 
 
-@pytest.mark.points(3)
+@pytest.mark.points(2)
 @pytest.mark.exercises("attention")
 def test_causal_attention_float64(probes):
     what = "attention(q, k, v, causal=True), [2, 3, 9, 8] float64"
@@ -128,6 +139,26 @@ def test_attention_float32_non_contiguous(probes):
         close(result(probes, key, what)["result"], ref_attention(Q, K, V, causal), what,
               dtype=F32, tol=f32_tol(Q, K, V), slips=slips(Q, K, V, causal),
               hint="the result must not depend on the memory layout")
+
+
+def half_tol(dtype: torch.dtype, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+             ) -> Tolerance:
+    """float32 attention (`f32_tol`), then one rounding of the output to `dtype` (u·|out|),
+    and the weights rounded to `dtype` before the product with v if the code does so
+    (u·max|v|): what a float32 softmax may cost. Scores rounded to `dtype` cost far more."""
+    u, f32 = unit_roundoff(dtype), f32_tol(q, k.repeat_interleave(2, 1), v)
+    return Tolerance(rtol=u + f32.rtol, atol=u * float(v.abs().max()) + f32.atol)
+
+
+@pytest.mark.points(1)
+@pytest.mark.exercises("attention")
+def test_half_precision_attention_softmax_in_float32(probes):
+    for dtype in HALF:
+        q, k, v = (t.to(dtype) for t in (HQ, HK, HV))
+        what = f"attention(causal=True) on {str(dtype)[6:]} inputs [1, 4, 24, 16]"
+        got = result(probes, f"half_{str(dtype)[6:]}", what)["result"]
+        close(got, ref_attention(q, k, v, True), what, dtype=dtype,
+              tol=half_tol(dtype, q, k, v), hint=HALF_SOFTMAX, slips=slips(q, k, v, True))
 
 
 @pytest.mark.points(3)

@@ -169,8 +169,9 @@ def layer_case(world: int, k: int, cf: float | None, seed: int,
 
 
 def layer_name(k: int, cf: float | None, empty: bool = False) -> str:
-    name = f"k={k}-capacity_factor={cf}"
-    return name + "-one_rank_receives_nothing" if empty else name
+    """The case's name, in test ids and messages (a declared label: never scrubbed)."""
+    label = f"k={k}-capacity_factor={cf}" + ("-one_rank_receives_nothing" if empty else "")
+    return label
 
 
 LAYER_SPECS = {  # world -> [(k, cf, seed, empty rank)]
@@ -406,8 +407,10 @@ def run(launch, impl, world: int):
     """The launch of every case of `world` ranks, once per session and implementation."""
     def make():
         cases = {name: _strip(c) for name, c in cases_for(world).items()}
+        # A rank left waiting in a case's collective is released by the case group's timeout
+        # and fails only that case: the stall watch must not end the launch before it does.
         return launch(rank_all, world_size=world, args=(cases,), backend=BACKEND,
-                      timeout=_RUNS.timeout(TIMEOUT_S))
+                      timeout=_RUNS.timeout(TIMEOUT_S), stall_after=CASE_GROUP_TIMEOUT_S + 10)
 
     return _RUNS.get((str(impl.text), world), make)
 

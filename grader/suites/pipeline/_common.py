@@ -28,6 +28,7 @@ from grader.seeds import seeded_generator
 from harness import P2P_APIS, Forbid, RankTimeout
 from harness.cases import Memo
 from harness.launcher import preload
+from harness.stacks import waiting_in
 
 # The stages step a torch.optim optimizer, whose first use imports torch._dynamo: seconds per
 # rank unless the forkserver has it.
@@ -485,14 +486,23 @@ def train_error_cases(ctx, mod) -> list:
             for name, kw in zip(TRAIN_ERRORS, changes)]
 
 
+def hang_hint(exc: RankTimeout) -> str:
+    """The cause of a hung train_step, from where the ranks waited (harness.stacks): the
+    blocking-send hint only when a stage is blocked in a send."""
+    if any(waiting_in(text)[0] == "send" for text in exc.stacks.values()):
+        return ("train_step hung (a deadlock): a stage blocks in dist.send while its "
+                "neighbour sends too; post sends with dist.isend and wait for them at the end "
+                "of the step")
+    return ("train_step hung (a deadlock) with no stage blocked in a send: a stage waits for "
+            "a message its neighbour never sends; check each stage's warm-up count (p - s - 1 "
+            "forwards before 1F1B's steady state) and that every send has its recv")
+
+
 def explain(exc: AssertionError) -> AssertionError:
     """A first line that names the likely cause of the failures students hit most."""
     text = str(exc)
     if isinstance(exc, RankTimeout):
-        return AssertionError(
-            "train_step hung (a deadlock): under 1F1B a stage sends an activation and then "
-            "waits for a gradient while its neighbour does the opposite; post sends with "
-            f"dist.isend and wait for them at the end of the step\n{text}")
+        return AssertionError(f"{hang_hint(exc)} — {text}")
     if "second time" in text or "freed" in text:
         return AssertionError(
             "train_step ran a backward on a graph that was already used: keep every in-flight "
@@ -592,7 +602,9 @@ def _grad_hint(case: TrainCase, data: dict, s: int, i: int, what: str, actual: t
         return (f"no gradient reached stage {s}: the activation it received back must be a leaf "
                 f"that requires grad, and stage {s + 1} sends that input's .grad")
     if s < p - 1:
-        return (f"stage {s} is wrong while the later stages are right: the gradient sent back "
-                f"from stage {s + 1} must be the .grad of the input it received (not its "
-                f"output's gradient)")
+        # No evidence tells a wrong gradient sent back from a backward run on another
+        # micro-batch's activation: name both, the gradient first (the commoner of the two).
+        return (f"stage {s} is wrong, later ones right: stage {s + 1} must send back the .grad "
+                f"of the input it received, and each backward use its own micro-batch's saved "
+                f"activation")
     return "compare with one process training the whole model on the whole batch"

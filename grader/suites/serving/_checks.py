@@ -48,6 +48,14 @@ def check_plan(job: dict, k: int, plan: dict[str, Any], arrival: dict[int, int])
     planned = [rid for rid, _, _ in plan["batch"]]
     if len(set(planned)) != len(planned):
         _fail(f"{where}: a request appears twice in one plan")
+    readmitted = [rid for rid in preempted if rid in plan["running"]]
+    if readmitted:
+        _fail(f"{where}: request(s) {readmitted} preempted and admitted again in the same "
+              "plan: admit nobody in a step that had to preempt")
+    newcomers = [rid for rid in before["waiting"] if rid in plan["running"]]
+    if preempted and newcomers:
+        _fail(f"{where}: admitted {newcomers} in a plan that preempted {preempted}: admit "
+              "nobody in a step that had to preempt")
     for rid, start, n in plan["batch"]:
         if rid in before["running"] and start != before["state"][rid]["num_computed"]:
             _fail(f"{where}: request {rid} planned from token {start} but "
@@ -58,6 +66,12 @@ def check_plan(job: dict, k: int, plan: dict[str, Any], arrival: dict[int, int])
                   "(was it preempted after being planned?)")
         if n < 1:
             _fail(f"{where}: request {rid} planned with {n} tokens")
+    for rid, now in state.items():
+        was = before["state"].get(rid)
+        if was is not None and now["num_output"] < was["num_output"]:
+            _fail(f"{where}: preemption must keep the generated output (README §3, §8): "
+                  f"request {rid} had {was['num_output']} output tokens before schedule() "
+                  f"and {now['num_output']} after; recompute from prompt + output")
     for rid in preempted:
         if state[rid]["preemptions"] != before["state"][rid]["preemptions"] + 1:
             _fail(f"{where}: request {rid} was preempted once but num_preemptions went from "
@@ -104,9 +118,6 @@ def check_plan(job: dict, k: int, plan: dict[str, Any], arrival: dict[int, int])
                   f"{s['num_tokens'] - s['num_computed']} prompt tokens left and budget to "
                   "spare: continue a chunked prefill up to its last chunk")
     admitted = [rid for rid in before["waiting"] if rid in plan["running"]]
-    if preempted and admitted:
-        _fail(f"{where}: admitted {admitted} in a plan that preempted {preempted}: admit "
-              "nobody in a step that had to preempt")
     if admitted != before["waiting"][:len(admitted)]:
         _fail(f"{where}: admitted {admitted} while earlier requests kept waiting: admit "
               "waiting requests first come, first served")
@@ -125,7 +136,14 @@ def check_run(job: dict, result: dict[str, Any], expected: dict[int, list[int]])
     for k, plan in enumerate(result["plans"]):
         check_plan(job, k, plan, arrival)
     if result["error"]:
+        if job["config"].get("prefix_cache") and "incref of free block" in result["error"]:
+            _fail(f"an admission used blocks already freed: inc_ref the matched node (and "
+                  f"incref its blocks) before evicting to make room, or the eviction can "
+                  f"remove your own cache hit (README §10) — the engine raised "
+                  f"{result['error']}")
         _fail(f"the engine raised {result['error']}")
+    if job["config"].get("prefix_cache"):
+        check_lookups(result)
     unfinished = sorted(rid for rid, s in result["status"].items() if s != "finished")
     if unfinished:
         _fail(f"request(s) {unfinished} never finished in {result['calls']} steps "
@@ -139,6 +157,26 @@ def check_run(job: dict, result: dict[str, Any], expected: dict[int, list[int]])
             _fail(f"request {rid}: output differs from one-request-at-a-time generation at "
                   f"token {at} (got {len(got)} tokens, expected {len(want)})")
     check_end(job, result)
+
+
+def check_lookups(result: dict[str, Any]) -> None:
+    """The prefix-cache counters (README §3, step 3): every admission adds len(tokens) — the
+    prompt and the output kept through a preemption — to lookup_tokens, and its cached length
+    (the admitted entry's start) to hit_tokens."""
+    lookups = hits = 0
+    for plan in result["plans"]:
+        for rid, start, _ in plan["batch"]:
+            if rid in plan["before"]["waiting"]:
+                lookups += plan["before"]["state"][rid]["num_tokens"]
+                hits += start
+    stats = result["stats"]
+    if stats.get("lookup_tokens") != lookups:
+        _fail(f"lookup_tokens is {stats.get('lookup_tokens')}, expected {lookups}: each "
+              f"admission adds len(tokens) (prompt + output kept, also at a re-admission "
+              f"after preemption), not len(prompt) (README §3)")
+    if stats.get("hit_tokens") != hits:
+        _fail(f"hit_tokens is {stats.get('hit_tokens')}, expected {hits}: each admission "
+              f"adds the length of its cached prefix (README §3)")
 
 
 def check_end(job: dict, result: dict[str, Any]) -> None:
@@ -155,6 +193,11 @@ def check_end(job: dict, result: dict[str, Any]) -> None:
               f"free and the cache holds {cached} of {job['num_blocks']}; release a request's "
               "blocks when it finishes or is preempted")
     if result["cache_size"] is not None and result["free_after_evict"] != job["num_blocks"]:
+        if result.get("free_after_evicts") == job["num_blocks"]:
+            _fail(f"evict(n) must go on removing unreferenced leaves until n blocks went or "
+                  f"none is left (a parent left childless included): after every request "
+                  f"finished, one evict({job['num_blocks']}) freed only up to "
+                  f"{result['free_after_evict']} blocks, and further calls freed the rest")
         _fail(f"after every request finished, cache.evict could free only "
               f"{result['free_after_evict']} of {job['num_blocks']} blocks: a finished or "
               "preempted request still holds a reference on a radix node (dec_ref)")

@@ -111,8 +111,17 @@ def run_engine_job(mods: dict[str, Any], job: dict) -> dict[str, Any]:
     cached = cache.size() if cache is not None else None
     free = engine.manager.num_free()
     refcounts = [engine.manager.refcount(b) for b in range(model.num_blocks)]
+    repeated = None
     if cache is not None and error is None:
         cache.evict(model.num_blocks)  # every request is done: nothing may stay referenced
+        after_one = engine.manager.num_free()
+        for _ in range(model.num_blocks):  # evidence for the hint: does evict stop early?
+            if not cache.evict(model.num_blocks):
+                break
+        repeated = engine.manager.num_free()
+        free_after_evict = after_one
+    else:
+        free_after_evict = engine.manager.num_free()
     return {
         "outputs": {r.request_id: list(r.output) for r in requests},
         "status": {r.request_id: r.status.value for r in requests},
@@ -126,7 +135,7 @@ def run_engine_job(mods: dict[str, Any], job: dict) -> dict[str, Any]:
         "stats": engine.stats(), "num_steps": engine.num_steps,
         "free": free, "refcounts": refcounts,
         "cache_size": cached, "reported": reported,
-        "free_after_evict": engine.manager.num_free(),
+        "free_after_evict": free_after_evict, "free_after_evicts": repeated,
     }
 
 

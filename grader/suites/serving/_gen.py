@@ -58,7 +58,9 @@ def workload(seed: int, n: int, *, prompt: tuple[int, int] = (1, 20),
 def radix_ops(seed: int, count: int, alphabet: int = 3) -> list[tuple]:
     """Operations on a RadixCache: insert / match / lock (match + inc_ref) / unlock (dec_ref
     of a held node) / evict, over short sequences of a few distinct tokens (so prefixes are
-    shared and edges split often)."""
+    shared and edges split often); it ends by releasing every node still held and evicting
+    everything, after which the tree must be empty (a reference left behind on the lower part
+    of a split shows there)."""
     rng = random.Random(seed)
     ops: list[tuple] = []
     held = 0
@@ -80,4 +82,5 @@ def radix_ops(seed: int, count: int, alphabet: int = 3) -> list[tuple]:
             held -= 1
         else:
             ops.append(("evict", rng.randint(1, 6)))
+    ops += [("unlock", 0)] * held + [("evict", 1 << 20)]
     return ops

@@ -58,6 +58,14 @@ for i in range(2):
                                                  max_num_tokens=8, prefix_cache=True,
                                                  overlap=True)
 SHARED = workload(SEEDS[11], 8, shared=12, prompt=(1, 6), max_tokens=(2, 6), stop=0.0)
+# 9 blocks, two running: admitting request 2 is short of blocks while its own prefix [13, 1]
+# is the only unreferenced leaf; an admission that evicts before referencing its hit frees
+# the blocks it is about to use (README §10, "Evicting your own hit").
+JOBS["cache_own_hit"] = engine_job(
+    [{"request_id": 0, "prompt": [13, 1, 12, 38, 12], "max_tokens": 2},
+     {"request_id": 1, "prompt": [13, 1, 47], "max_tokens": 1},
+     {"request_id": 2, "prompt": [13, 1, 38, 34, 44], "max_tokens": 3}],
+    num_blocks=9, max_num_seqs=2, max_num_tokens=8, prefix_cache=True)
 JOBS["prefix_serial"] = engine_job(SHARED, num_blocks=400, max_num_seqs=1, max_num_tokens=32,
                                    prefix_cache=True)
 JOBS["prefix_on"] = engine_job(SHARED, num_blocks=400, max_num_seqs=4, max_num_tokens=32,
@@ -89,13 +97,21 @@ for i, seed in enumerate(draw_ints(4)):
     JOBS[f"radix{i}"] = {"kind": "radix", "num_blocks": 256, "ops": radix_ops(seed, 40)}
 JOBS["radix_lru"] = {"kind": "radix", "num_blocks": 64, "ops": [
     ("insert", [1, 2, 3, 4]), ("insert", [1, 2, 7, 7]), ("insert", [5, 5]),
-    ("match", [1, 2, 3]),      # uses the first: the [7, 7] leaf is now the oldest
+    # uses the whole first path (a match ending inside [3, 4] would split it, and the lower
+    # part [4] would keep its old stamp): the [7, 7] leaf is now the oldest
+    ("match", [1, 2, 3, 4]),
     ("evict", 1), ("match", [1, 2, 7, 7]), ("match", [5, 5]), ("evict", 2),
     ("match", [1, 2, 3, 4]), ("match", [5, 5])]}
 JOBS["radix_locked"] = {"kind": "radix", "num_blocks": 64, "ops": [
     ("insert", [3, 1, 4, 1, 5]), ("insert", [3, 1, 9]), ("lock", [3, 1, 4]),
     ("insert", [2, 7]), ("evict", 100), ("match", [3, 1, 4, 1, 5]), ("unlock", 0),
     ("evict", 100), ("match", [3, 1, 4])]}
+
+# A held node split under its holder (match [1, 2] cuts [1, 2, 3, 4]): the holder's reference
+# stays on the node it matched, the lower part; released, everything can be evicted.
+JOBS["radix_split_held"] = {"kind": "radix", "num_blocks": 64, "ops": [
+    ("insert", [1, 2, 3, 4]), ("lock", [1, 2, 3, 4]), ("match", [1, 2]), ("insert", [1, 2, 9]),
+    ("evict", 100), ("unlock", 0), ("evict", 1 << 20)]}
 
 
 def _logits(seed: int) -> torch.Tensor:

@@ -21,6 +21,16 @@ from harness.cases import case_value
 pytestmark = pytest.mark.exercises("prefill_and_send", "recv_and_decode")
 MODEL_SEED = 5
 REQUESTS = workload(draw_ints(13)[12], 6, prompt=(2, 18), max_tokens=(1, 9))
+
+
+def _stops_at_first(prompt: list[int], request_id: int) -> dict:
+    """A request whose first token (sampled by the prefill rank) is its stop_token."""
+    spec = {"request_id": request_id, "prompt": prompt, "max_tokens": 5}
+    first = reference_outputs([spec], MODEL_SEED)[request_id][0]
+    return dict(spec, stop_token=first)
+
+
+REQUESTS.insert(2, _stops_at_first([7, 3, 11, 2], len(REQUESTS)))
 NUM_BLOCKS = 200  # rank 1; rank 0 gets just the longest prompt's worth
 WIRE_SLACK = 4096  # rendezvous and message framing on rank 0
 
@@ -94,6 +104,11 @@ def test_disaggregated_outputs(result):
         rid = spec["request_id"]
         got = outputs.get(rid) if isinstance(outputs, dict) else None
         if got != want[rid]:
+            if want[rid] == [spec.get("stop_token")] and got and got[0] == want[rid][0]:
+                raise AssertionError(
+                    f"request {rid}: its first token (from the prefill rank) is already its "
+                    f"stop_token, so it is finished on arrival: decode nothing for it "
+                    f"(README §8) — rank 1 gave {len(got)} tokens")
             raise AssertionError(f"request {rid}: rank 1's output differs from "
                                  "one-request-at-a-time generation")
     decodes = sum(len(want[spec["request_id"]]) - 1 for spec in REQUESTS)

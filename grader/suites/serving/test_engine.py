@@ -80,8 +80,9 @@ def test_requests_arriving_over_time(results):
 
 
 @pytest.mark.points(4)
-@pytest.mark.parametrize("name", ["cache_tight0", "cache_tight1"],
+@pytest.mark.parametrize("names", [["cache_tight0", "cache_own_hit"], ["cache_tight1"]],
                          ids=["prefix_cache=on-memory=tight-workload=0",
                               "prefix_cache=on-memory=tight-workload=1"])
-def test_prefix_cache_under_memory_pressure(results, name):
-    judged(results, name)
+def test_prefix_cache_under_memory_pressure(results, names):
+    for name in names:
+        judged(results, name)

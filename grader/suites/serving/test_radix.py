@@ -51,6 +51,17 @@ def judge(name: str, outcomes: dict) -> None:
                 raise AssertionError(
                     f"{where}: evict removed blocks of a referenced node: a node with a "
                     "reference count above 0 (inc_ref) is in use and is never evicted")
+            released = not any(model.locked(key) for key in model.nodes)
+            if released and not model.size() and got["size"]:
+                raise AssertionError(
+                    f"{where}: a split must leave the holder's reference on the lower part "
+                    f"(the node it matched) — with every reference released, evict(everything) "
+                    f"left {got['size']} blocks in the tree (README §4)")
+            if isinstance(got["result"], int) and got["result"] < min(op[1], want):
+                raise AssertionError(
+                    f"{where}: evict(n) must go on removing unreferenced leaves until n blocks "
+                    f"went or none is left: evict({op[1]}) returned {got['result']}, expected "
+                    f"{want}")
             if got["refcounts"] != model.refcounts or got["result"] != want:
                 raise AssertionError(
                     f"{where}: evict removed the wrong leaves (returned {got['result']}, "
@@ -74,6 +85,7 @@ def test_lru_eviction_order_counts_match_prefix_as_use(results):
 @pytest.mark.points(3)
 def test_referenced_nodes_are_never_evicted(results):
     judge("radix_locked", results)
+    judge("radix_split_held", results)
 
 
 @pytest.mark.points(2)
