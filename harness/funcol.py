@@ -36,9 +36,17 @@ def _refuse(name: str):
     return refused
 
 
+# Where torch already holds a Python kernel for an op at `KEY` (torch 2.11 does for
+# `_wrap_tensor_autograd`), a second one is refused; the backend keys come before the composite
+# key in dispatch, so a refusing kernel there serves as well.
+BACKEND_KEYS = ("CPU", "CUDA")
+skipped: list[str] = []  # ops no kernel could be registered for (none on the pinned torch)
+
+
 def block() -> int:
     """Make every functional collective op raise ForbiddenCallError in this process. Returns
-    how many ops were blocked (0 where torch has none)."""
+    how many ops were blocked (0 where torch has none); an op whose kernel cannot be replaced
+    at any key is left as it is and named in `skipped`, never a crash of the rank."""
     import torch
 
     try:
@@ -47,6 +55,7 @@ def block() -> int:
         return 0
     names = [name for name in torch._C._dispatch_get_all_op_names()
              if name.partition("::")[0] in NAMESPACES]
+    blocked = 0
     with warnings.catch_warnings():  # "overriding a previously registered kernel"
         warnings.simplefilter("ignore")
         by_namespace: dict[str, Any] = {}
@@ -56,5 +65,21 @@ def block() -> int:
             if library is None:
                 library = by_namespace[namespace] = torch.library.Library(namespace, "IMPL")
                 _libraries.append(library)
-            library.impl(op, _refuse(f"torch.ops.{namespace}.{op}"), KEY)
-    return len(names)
+            blocked += _replace(library, op, _refuse(f"torch.ops.{namespace}.{op}"), full)
+    return blocked
+
+
+def _replace(library: Any, op: str, kernel: Any, full: str) -> int:
+    """1 when `kernel` now answers for `op` (at `KEY`, else at every backend key), else 0."""
+    try:
+        library.impl(op, kernel, KEY)
+        return 1
+    except RuntimeError:
+        pass
+    try:
+        for key in BACKEND_KEYS:
+            library.impl(op, kernel, key)
+        return 1
+    except RuntimeError:
+        skipped.append(full)
+        return 0

@@ -246,3 +246,32 @@ def test_functional_collectives_are_carried_by_the_sidecar_or_refused(route):
     allowed = launch(functional_all_reduce, 2, args=(route,), backend="gloo", timeout=60,
                      functional_collectives=True)
     assert all(torch.equal(v, torch.full((4,), 2.0)) for v in allowed.values)
+
+
+def test_an_op_whose_kernel_cannot_be_replaced_is_skipped_not_a_crash(monkeypatch):
+    """torch 2.11 already holds a Python kernel for one functional op at the composite key
+    (found on a GPU machine: every rank died in `funcol.block`). Such an op falls back to the
+    backend keys, and one that takes no kernel at all is skipped and named."""
+    import torch
+
+    from harness import funcol
+
+    refused = {"_wrap_tensor_autograd"}
+    calls: list[tuple[str, str]] = []
+
+    class Library:
+        def impl(self, op, kernel, key):
+            calls.append((op, key))
+            if op in refused and key == funcol.KEY:
+                raise RuntimeError("already a kernel registered from python")
+            if op == "stubborn":
+                raise RuntimeError("no key takes it")
+
+    library = Library()
+    assert funcol._replace(library, "all_reduce", None, "_c10d_functional::all_reduce") == 1
+    assert funcol._replace(library, "_wrap_tensor_autograd", None, "x::_wrap") == 1
+    assert ("_wrap_tensor_autograd", "CPU") in calls and ("_wrap_tensor_autograd", "CUDA") in calls
+    monkeypatch.setattr(funcol, "skipped", [])
+    assert funcol._replace(library, "stubborn", None, "x::stubborn") == 0
+    assert funcol.skipped == ["x::stubborn"]
+    assert torch is not None
