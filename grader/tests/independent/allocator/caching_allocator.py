@@ -1,12 +1,14 @@
-"""An independent caching allocator, written from the stub's docstrings and the README only.
+"""Independent implementation of the allocator assignment (fairness check).
 
-Every block lives in one dict keyed by address; a block records its segment, so neighbours are
-found by address arithmetic (the block ending where this one starts, the block starting where
-this one ends). Best fit is a linear scan: simple, and enough for the traces of a course.
+Written from README §3-§6 and the stub's docstrings only. Layout differs from the obvious
+linked-list-per-segment design: every block lives in two address-keyed maps (by its start and
+by its end), so neighbours are found by address arithmetic and checked to share the segment;
+each (pool, stream) keeps a sorted list of `(size, address)` keys for best fit via bisect.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from typing import Any
 
 from assignments.allocator.device import DeviceOutOfMemory, FakeDevice
@@ -23,9 +25,11 @@ STAT_KEYS = ("allocated_bytes", "reserved_bytes", "peak_allocated_bytes", "peak_
              "inactive_split_bytes", "num_device_mallocs", "num_device_frees",
              "num_alloc_retries", "num_ooms")
 
+_ALLOCATED, _PENDING, _FREE = "allocated", "pending", "free"
+
 
 class OutOfMemoryError(RuntimeError):
-    """The device could not give the segment a request needs, even after the cache was emptied."""
+    """The device refused the segment even after the cache was emptied."""
 
     def __init__(self, requested_bytes: int, allocated_bytes: int, reserved_bytes: int) -> None:
         super().__init__(
@@ -37,18 +41,18 @@ class OutOfMemoryError(RuntimeError):
 
 
 def _ceil_to(value: int, step: int) -> int:
-    return (value + step - 1) // step * step
+    return -(-value // step) * step
 
 
 def round_size(size: int) -> int:
-    """The smallest multiple of 512 that is >= size."""
+    """Smallest multiple of 512 that is >= size; ValueError for size < 1."""
     if size < 1:
-        raise ValueError(f"size must be at least 1, got {size}")
+        raise ValueError(f"round_size: size must be >= 1, got {size}")
     return _ceil_to(size, MIN_BLOCK_SIZE)
 
 
 def allocation_size(rounded: int) -> int:
-    """Segment size for a request of `rounded` bytes."""
+    """Segment size for a miss of `rounded` bytes."""
     if rounded <= SMALL_SIZE:
         return SMALL_BUFFER
     if rounded < MIN_LARGE_ALLOC:
@@ -57,159 +61,202 @@ def allocation_size(rounded: int) -> int:
 
 
 def should_split(block_size: int, rounded: int, is_small_pool: bool) -> bool:
-    """Whether the remainder is kept as a block of its own."""
-    left = block_size - rounded
-    return left >= MIN_BLOCK_SIZE if is_small_pool else left > SMALL_SIZE
+    """Split when the remainder is worth keeping: >= 512 B (small), > 1 MiB (large)."""
+    rest = block_size - rounded
+    return rest >= MIN_BLOCK_SIZE if is_small_pool else rest > SMALL_SIZE
+
+
+class _Segment:
+    __slots__ = ("addr", "size", "stream", "small")
+
+    def __init__(self, addr: int, size: int, stream: int, small: bool) -> None:
+        self.addr, self.size, self.stream, self.small = addr, size, stream, small
+
+
+class _Block:
+    __slots__ = ("addr", "size", "state", "seg", "users", "events")
+
+    def __init__(self, addr: int, size: int, seg: _Segment) -> None:
+        self.addr, self.size, self.seg = addr, size, seg
+        self.state = _FREE
+        self.users: set[int] = set()
+        self.events: list[Any] = []
+
+    @property
+    def end(self) -> int:
+        return self.addr + self.size
 
 
 class CachingAllocator:
-    """Caching allocator over a FakeDevice (policy: README §4–§6)."""
+    """PyTorch's caching policy over the fake device (README §4-§6)."""
 
     def __init__(self, device: FakeDevice) -> None:
         self._dev = device
-        # address -> {"size", "state", "seg", "uses": set, "events": list}
-        self._blocks: dict[int, dict[str, Any]] = {}
-        # segment address -> {"size", "stream", "small"}
-        self._segs: dict[int, dict[str, Any]] = {}
-        self._counts = {"num_device_mallocs": 0, "num_device_frees": 0,
-                        "num_alloc_retries": 0, "num_ooms": 0}
-        self._peak_alloc = 0
-        self._peak_res = 0
+        self._segments: dict[int, _Segment] = {}
+        self._at_start: dict[int, _Block] = {}
+        self._at_end: dict[int, _Block] = {}
+        self._cached: dict[tuple[bool, int], list[tuple[int, int]]] = {}
+        self._waiting: dict[int, _Block] = {}
+        self._n = dict.fromkeys(STAT_KEYS, 0)
 
-    # -- books -------------------------------------------------------------------------------
-    def _allocated(self) -> int:
-        return sum(b["size"] for b in self._blocks.values() if b["state"] == "allocated")
+    # ---- block bookkeeping ---------------------------------------------------------------
 
-    def _reserved(self) -> int:
-        return sum(s["size"] for s in self._segs.values())
+    def _index(self, blk: _Block) -> None:
+        self._at_start[blk.addr] = blk
+        self._at_end[blk.end] = blk
 
-    def _note_peaks(self) -> None:
-        self._peak_alloc = max(self._peak_alloc, self._allocated())
-        self._peak_res = max(self._peak_res, self._reserved())
+    def _unindex(self, blk: _Block) -> None:
+        del self._at_start[blk.addr]
+        del self._at_end[blk.end]
 
-    def _whole_segment(self, addr: int) -> bool:
-        blk = self._blocks[addr]
-        return addr == blk["seg"] and blk["size"] == self._segs[blk["seg"]]["size"]
+    def _cache_key(self, blk: _Block) -> tuple[bool, int]:
+        return (blk.seg.small, blk.seg.stream)
 
-    # -- cache mechanics ---------------------------------------------------------------------
-    def _give_back(self, addr: int) -> None:
-        """Free the block and merge it with free neighbours of the same segment."""
-        blk = self._blocks[addr]
-        blk["state"], blk["uses"], blk["events"] = "free", set(), []
-        after = addr + blk["size"]
-        nxt = self._blocks.get(after)
-        if nxt is not None and nxt["seg"] == blk["seg"] and nxt["state"] == "free":
-            blk["size"] += nxt["size"]
-            del self._blocks[after]
-        before = next((a for a, b in self._blocks.items()
-                       if b["seg"] == blk["seg"] and a + b["size"] == addr), None)
-        if before is not None and self._blocks[before]["state"] == "free":
-            self._blocks[before]["size"] += blk["size"]
-            del self._blocks[addr]
+    def _cache_add(self, blk: _Block) -> None:
+        insort(self._cached.setdefault(self._cache_key(blk), []), (blk.size, blk.addr))
 
-    def _drain_events(self) -> None:
-        done = [a for a, b in self._blocks.items()
-                if b["state"] == "pending" and all(e.query() for e in b["events"])]
-        for addr in sorted(done):
-            if addr in self._blocks:
-                self._give_back(addr)
+    def _cache_drop(self, blk: _Block) -> None:
+        keys = self._cached[self._cache_key(blk)]
+        i = bisect_left(keys, (blk.size, blk.addr))
+        del keys[i]
 
-    def _release_unsplit(self) -> None:
+    def _neighbour(self, blk: _Block, before: bool) -> _Block | None:
+        other = self._at_end.get(blk.addr) if before else self._at_start.get(blk.end)
+        if other is None or other.seg is not blk.seg or other.state != _FREE:
+            return None
+        return other
+
+    def _recycle(self, blk: _Block) -> None:
+        """Step F: the block becomes free and absorbs free neighbours in its segment."""
+        blk.users.clear()
+        blk.events = []
+        self._unindex(blk)
+        lo = self._neighbour(blk, before=True)
+        hi = self._neighbour(blk, before=False)
+        start, stop = blk.addr, blk.end
+        for nb in (lo, hi):
+            if nb is not None:
+                self._cache_drop(nb)
+                self._unindex(nb)
+                start, stop = min(start, nb.addr), max(stop, nb.end)
+        merged = _Block(start, stop - start, blk.seg)
+        self._index(merged)
+        self._cache_add(merged)
+
+    def _reap(self, force: bool) -> None:
+        done = [b for b in self._waiting.values()
+                if force or all(ev.query() for ev in b.events)]
+        for blk in done:
+            del self._waiting[blk.addr]
+            self._recycle(blk)
+
+    def _release_whole_segments(self) -> None:
         self._dev.synchronize()
-        self._drain_events()
-        for seg_addr in sorted(self._segs):
-            if self._blocks[seg_addr]["state"] == "free" and self._whole_segment(seg_addr):
-                del self._blocks[seg_addr]
-                del self._segs[seg_addr]
-                self._dev.free(seg_addr)
-                self._counts["num_device_frees"] += 1
+        self._reap(force=True)
+        for addr in sorted(self._segments):
+            seg = self._segments[addr]
+            blk = self._at_start.get(addr)
+            if blk is None or blk.state != _FREE or blk.size != seg.size:
+                continue
+            self._dev.free(addr)
+            self._n["num_device_frees"] += 1
+            self._cache_drop(blk)
+            self._unindex(blk)
+            del self._segments[addr]
+            self._n["reserved_bytes"] -= seg.size
 
-    def _device_segment(self, size: int, want: int) -> int:
+    def _grab(self, rounded: int, small: bool, stream: int, requested: int) -> _Block:
+        want = allocation_size(rounded)
         try:
-            return self._dev.malloc(want)
+            addr = self._dev.malloc(want)
         except DeviceOutOfMemory:
-            pass
-        self._counts["num_alloc_retries"] += 1
-        self._release_unsplit()
-        try:
-            return self._dev.malloc(want)
-        except DeviceOutOfMemory:
-            self._counts["num_ooms"] += 1
-            raise OutOfMemoryError(size, self._allocated(), self._reserved()) from None
-
-    # -- API ---------------------------------------------------------------------------------
-    def malloc(self, size: int, stream: int = 0) -> int:
-        """Allocate at least `size` bytes on `stream`; return the block's address."""
-        if size < 1:
-            raise ValueError(f"size must be at least 1, got {size}")
-        if stream < 0:
-            raise ValueError(f"stream must be non-negative, got {stream}")
-        self._drain_events()
-        need = round_size(size)
-        small = need <= SMALL_SIZE
-        fitting = [(blk["size"], addr) for addr, blk in self._blocks.items()
-                   if blk["state"] == "free" and blk["size"] >= need
-                   and self._segs[blk["seg"]]["small"] == small
-                   and self._segs[blk["seg"]]["stream"] == stream]
-        best = min(fitting)[1] if fitting else None
-        if best is None:
-            want = allocation_size(need)
-            best = self._device_segment(size, want)
-            self._counts["num_device_mallocs"] += 1
-            self._segs[best] = {"size": want, "stream": stream, "small": small}
-            self._blocks[best] = {"size": want, "state": "free", "seg": best, "uses": set(),
-                                  "events": []}
-        blk = self._blocks[best]
-        if should_split(blk["size"], need, small):
-            self._blocks[best + need] = {"size": blk["size"] - need, "state": "free",
-                                         "seg": blk["seg"], "uses": set(), "events": []}
-            blk["size"] = need
-        blk["state"] = "allocated"
-        self._note_peaks()
-        return best
-
-    def _live(self, ptr: int) -> dict[str, Any]:
-        blk = self._blocks.get(ptr) if isinstance(ptr, int) else None
-        if blk is None or blk["state"] != "allocated":
-            raise ValueError(f"not an allocated block: {ptr!r}")
+            self._n["num_alloc_retries"] += 1
+            self._release_whole_segments()
+            try:
+                addr = self._dev.malloc(want)
+            except DeviceOutOfMemory:
+                self._n["num_ooms"] += 1
+                raise OutOfMemoryError(requested, self._n["allocated_bytes"],
+                                       self._n["reserved_bytes"]) from None
+        self._n["num_device_mallocs"] += 1
+        seg = _Segment(addr, want, stream, small)
+        self._segments[addr] = seg
+        self._n["reserved_bytes"] += want
+        self._n["peak_reserved_bytes"] = max(self._n["peak_reserved_bytes"],
+                                             self._n["reserved_bytes"])
+        blk = _Block(addr, want, seg)
+        self._index(blk)
         return blk
 
-    def free(self, ptr: int) -> None:
-        """Give back the block at `ptr`."""
-        blk = self._live(ptr)
-        if blk["uses"]:
-            blk["events"] = [self._dev.record_event(s) for s in sorted(blk["uses"])]
-            blk["state"] = "pending"
+    def _allocated_block(self, ptr: int) -> _Block:
+        blk = self._at_start.get(ptr) if isinstance(ptr, int) else None
+        if blk is None or blk.state != _ALLOCATED:
+            raise ValueError(f"{ptr!r} is not the address of an allocated block")
+        return blk
+
+    # ---- public API ----------------------------------------------------------------------
+
+    def malloc(self, size: int, stream: int = 0) -> int:
+        if size < 1:
+            raise ValueError(f"malloc: size must be >= 1, got {size}")
+        if stream < 0:
+            raise ValueError(f"malloc: stream must be >= 0, got {stream}")
+        self._reap(force=False)
+        rounded = round_size(size)
+        small = rounded <= SMALL_SIZE
+        keys = self._cached.get((small, stream), [])
+        i = bisect_left(keys, (rounded, -1))
+        if i < len(keys):
+            _, addr = keys.pop(i)
+            blk = self._at_start[addr]
         else:
-            self._give_back(ptr)
+            blk = self._grab(rounded, small, stream, size)
+        if should_split(blk.size, rounded, small):
+            self._unindex(blk)
+            rest = _Block(blk.addr + rounded, blk.size - rounded, blk.seg)
+            blk.size = rounded
+            self._index(blk)
+            self._index(rest)
+            self._cache_add(rest)
+        blk.state = _ALLOCATED
+        self._n["allocated_bytes"] += blk.size
+        self._n["peak_allocated_bytes"] = max(self._n["peak_allocated_bytes"],
+                                              self._n["allocated_bytes"])
+        return blk.addr
+
+    def free(self, ptr: int) -> None:
+        blk = self._allocated_block(ptr)
+        self._n["allocated_bytes"] -= blk.size
+        if not blk.users:
+            self._recycle(blk)
+            return
+        blk.events = [self._dev.record_event(s) for s in sorted(blk.users)]
+        blk.state = _PENDING
+        self._waiting[blk.addr] = blk
 
     def record_stream(self, ptr: int, stream: int) -> None:
-        """Mark the block at `ptr` as used by `stream` too."""
-        blk = self._live(ptr)
         if stream < 0:
-            raise ValueError(f"stream must be non-negative, got {stream}")
-        if stream != self._segs[blk["seg"]]["stream"]:
-            blk["uses"].add(stream)
+            raise ValueError(f"record_stream: stream must be >= 0, got {stream}")
+        blk = self._allocated_block(ptr)
+        if stream != blk.seg.stream:
+            blk.users.add(stream)
 
     def empty_cache(self) -> None:
-        """Release every unsplit free segment (after synchronizing)."""
-        self._release_unsplit()
+        self._release_whole_segments()
 
     def stats(self) -> dict[str, int]:
-        """The statistics of STAT_KEYS."""
-        inactive = sum(b["size"] for a, b in self._blocks.items()
-                       if b["state"] == "free" and not self._whole_segment(a))
-        return {"allocated_bytes": self._allocated(), "reserved_bytes": self._reserved(),
-                "peak_allocated_bytes": self._peak_alloc, "peak_reserved_bytes": self._peak_res,
-                "inactive_split_bytes": inactive, **self._counts}
+        out = dict(self._n)
+        out["inactive_split_bytes"] = sum(
+            b.size for b in self._at_start.values()
+            if b.state == _FREE and b.size != b.seg.size)
+        return out
 
     def snapshot(self) -> list[dict[str, Any]]:
-        """Segments and their blocks, in address order."""
-        out = []
-        for seg_addr in sorted(self._segs):
-            seg = self._segs[seg_addr]
-            blocks = [{"address": a, "size": b["size"], "state": b["state"]}
-                      for a, b in sorted(self._blocks.items()) if b["seg"] == seg_addr]
-            out.append({"address": seg_addr, "size": seg["size"], "stream": seg["stream"],
-                        "pool": "small" if seg["small"] else "large", "blocks": blocks})
-        return out
+        per_seg: dict[int, list[_Block]] = {a: [] for a in self._segments}
+        for blk in self._at_start.values():
+            per_seg[blk.seg.addr].append(blk)
+        return [{"address": seg.addr, "size": seg.size, "stream": seg.stream,
+                 "pool": "small" if seg.small else "large",
+                 "blocks": [{"address": b.addr, "size": b.size, "state": b.state}
+                            for b in sorted(per_seg[addr], key=lambda b: b.addr)]}
+                for addr, seg in sorted(self._segments.items())]
