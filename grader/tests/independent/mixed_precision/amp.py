@@ -1,190 +1,284 @@
-"""Independent implementation of assignments/mixed_precision/amp.py, written from its
-docstrings and README only: rounding with exact float64 arithmetic (no bit twiddling), the
-scaler as a small state machine, fp8 through a quantise helper and a custom autograd function.
+"""Mixed precision from the bits up (independent implementation, written from the contract).
+
+- `round_to`: float32 -> bf16 / fp16 / e4m3 / e5m2 by exact float64 arithmetic (frexp, powers of
+  two built from their bit patterns, torch.round = half to even).
+- `DynamicLossScaler`: GradScaler's rules with a Python-float scale kept on the float32 grid.
+- `MasterWeightOptimizer`: bf16 model, fp32 masters.
+- `Fp8Linear`: delayed per-tensor scaling through a custom autograd Function.
 """
 
 from __future__ import annotations
 
+import math
+import struct
 from collections.abc import Callable, Iterable
-from typing import Any
 
 import torch
 from torch import nn
 
+# The formats' largest finite values.
 E4M3_MAX = 448.0
 E5M2_MAX = 57344.0
 
-_TABLE = {  # fmt: (mantissa bits, min normal exponent, max finite, inf on overflow)
-    "bf16": (7, -126, float(2 - 2**-7) * 2.0**127, True),
-    "fp16": (10, -14, 65504.0, True),
-    "e4m3": (3, -6, 448.0, False),
-    "e5m2": (2, -14, 57344.0, True),
+# name -> (mantissa bits, exponent of the smallest normal, largest finite, saturates?)
+_FORMATS: dict[str, tuple[int, int, float, bool]] = {
+    "bf16": (7, -126, (2.0 - 2.0**-7) * 2.0**127, False),
+    "fp16": (10, -14, 65504.0, False),
+    "e4m3": (3, -6, E4M3_MAX, True),
+    "e5m2": (2, -14, E5M2_MAX, False),
 }
 
 
+def _exp2_exact(k: torch.Tensor) -> torch.Tensor:
+    """2**k as float64 for integer k in float64's normal range, assembled from its bits."""
+    return ((k.to(torch.int64) + 1023) << 52).view(torch.float64)
+
+
 def round_to(x: torch.Tensor, fmt: str) -> torch.Tensor:
+    """Round every element of float32 `x` to the nearest value of `fmt`, ties to even; the
+    result is float32 with x's shape (see README §3 for the full contract)."""
+    if not isinstance(x, torch.Tensor) or x.dtype != torch.float32:
+        raise TypeError(f"round_to expects a float32 tensor, got "
+                        f"{getattr(x, 'dtype', type(x).__name__)}")
+    if not isinstance(fmt, str) or fmt not in _FORMATS:
+        raise ValueError(f"unknown format {fmt!r}; expected one of {sorted(_FORMATS)}")
+    mbits, emin, largest, saturates = _FORMATS[fmt]
+
+    wide = x.to(torch.float64)
+    finite = torch.isfinite(wide)
+    mag = torch.where(finite, wide.abs(), torch.zeros_like(wide))
+    # mag = frac * 2**e2 with frac in [0.5, 1): the leading bit sits at 2**(e2 - 1).
+    _, e2 = torch.frexp(mag)
+    lead = torch.clamp(e2.to(torch.int64) - 1, min=emin)   # subnormals: spacing stops shrinking
+    quantum_exp = lead - mbits
+    # Multiplying by powers of two is exact in float64 here; torch.round is half to even.
+    rounded = torch.round(mag * _exp2_exact(-quantum_exp)) * _exp2_exact(quantum_exp)
+
+    too_big = (rounded > largest) | torch.isinf(wide)
+    top = largest if saturates else math.inf
+    rounded = torch.where(too_big, torch.full_like(rounded, top), rounded)
+    signed = torch.copysign(rounded, wide)                  # keeps -0 and the sign of ±inf
+    signed = torch.where(torch.isnan(wide), wide, signed)
+    return signed.to(torch.float32)
+
+
+def _f32(value: float) -> float:
+    """The float32 nearest to `value` (round to nearest even), back as a Python float."""
     try:
-        mbits, emin, top, to_inf = _TABLE[fmt]
-    except KeyError:
-        raise ValueError(f"unknown format {fmt}") from None
-    if x.dtype is not torch.float32:
-        raise TypeError("x must be float32")
-    v = x.to(torch.float64)
-    a = v.abs()
-    finite_nonzero = torch.isfinite(a) & (a > 0)
-    safe = torch.where(finite_nonzero, a, torch.ones_like(a))
-    _, e = torch.frexp(safe)  # safe = mant * 2**e, mant in [0.5, 1)
-    exponent = torch.clamp(e - 1, min=emin)
-    quantum = torch.pow(torch.tensor(2.0, dtype=torch.float64), (exponent - mbits).double())
-    r = torch.round(safe / quantum) * quantum  # round half to even, all exact in float64
-    r = torch.where(finite_nonzero, r, a)
-    big = r > top
-    r = torch.where(big, torch.full_like(r, float("inf") if to_inf else top), r)
-    r = torch.copysign(r, v)
-    r = torch.where(torch.isnan(v), v, r)
-    return r.to(torch.float32)
+        return struct.unpack("f", struct.pack("f", value))[0]
+    except OverflowError:
+        return math.copysign(math.inf, value)
 
 
 class DynamicLossScaler:
+    """Dynamic loss scaling for fp16 training: torch.amp.GradScaler's documented behaviour.
+
+    A training step uses it as GradScaler is used:
+
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)      # optional, e.g. before clipping gradients
+        scaler.step(optimizer)          # unscales first if unscale_ was not called
+        scaler.update()
+    """
+
     def __init__(self, init_scale: float = 2.0**16, growth_factor: float = 2.0,
                  backoff_factor: float = 0.5, growth_interval: int = 2000) -> None:
-        ok = (init_scale > 0 and growth_factor > 1 and 0 < backoff_factor < 1
-              and isinstance(growth_interval, int) and growth_interval >= 1)
-        if not ok:
-            raise ValueError("bad DynamicLossScaler arguments")
-        self._s = float(init_scale)
+        def as_real(name: str, v: object) -> float:
+            if isinstance(v, bool):
+                raise ValueError(f"{name} must be a number, got {v!r}")
+            try:
+                return float(v)  # type: ignore[arg-type]
+            except (TypeError, ValueError):
+                raise ValueError(f"{name} must be a number, got {v!r}") from None
+
+        s, g, b = (as_real("init_scale", init_scale), as_real("growth_factor", growth_factor),
+                   as_real("backoff_factor", backoff_factor))
+        if not (s > 0 and math.isfinite(s)):
+            raise ValueError(f"init_scale must be > 0, got {init_scale!r}")
+        if not (g > 1 and math.isfinite(g)):
+            raise ValueError(f"growth_factor must be > 1, got {growth_factor!r}")
+        if not 0 < b < 1:
+            raise ValueError(f"backoff_factor must lie in (0, 1), got {backoff_factor!r}")
+        if isinstance(growth_interval, bool) or not isinstance(growth_interval, int) \
+                or growth_interval < 1:
+            raise ValueError(f"growth_interval must be an int >= 1, got {growth_interval!r}")
         self.growth_factor = growth_factor
         self.backoff_factor = backoff_factor
         self.growth_interval = growth_interval
-        self._good = 0
-        self._seen: list[tuple[Any, bool]] = []
+        self._scale = _f32(s)            # GradScaler keeps its scale in a float32 tensor
+        self._clean_run = 0
+        self._overflowed: dict[int, bool] = {}   # id(optimizer) -> found inf/NaN this step
 
     def get_scale(self) -> float:
-        return self._s
+        """The current scale as a Python float."""
+        return self._scale
 
     def scale(self, loss: torch.Tensor) -> torch.Tensor:
-        return loss * self._s
-
-    def _entry(self, optimizer: Any) -> tuple[Any, bool] | None:
-        for entry in self._seen:
-            if entry[0] is optimizer:
-                return entry
-        return None
+        """`loss * scale` (a new tensor in the graph, so backward gives scaled gradients)."""
+        if not isinstance(loss, torch.Tensor):
+            raise TypeError(f"scale expects a tensor, got {type(loss).__name__}")
+        factor = torch.tensor(self._scale, dtype=torch.float32, device=loss.device)
+        return loss * factor
 
     def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
-        if self._entry(optimizer) is not None:
-            raise RuntimeError("unscale_ called twice for one optimizer in one step")
-        inv = torch.tensor(1.0 / self._s, dtype=torch.float32)
+        """Multiply every gradient of `optimizer` in place by the float32 1/scale and record
+        whether any held an inf/NaN. RuntimeError if already done since the last update()."""
+        key = id(optimizer)
+        if key in self._overflowed:
+            raise RuntimeError("unscale_() has already been called on this optimizer since the "
+                               "last update()")
+        inv = _f32(1.0 / self._scale)
         bad = False
-        grads = [p.grad for g in optimizer.param_groups for p in g["params"]
-                 if p.grad is not None]
-        for grad in grads:
-            bad = bad or not bool(torch.isfinite(grad).all())
-            grad.mul_(inv)
-        self._seen.append((optimizer, bad))
+        with torch.no_grad():
+            for group in optimizer.param_groups:
+                for p in group["params"]:
+                    if p.grad is None:
+                        continue
+                    grad = p.grad
+                    if not bad and not bool(torch.isfinite(grad).all()):
+                        bad = True
+                    grad.mul_(torch.tensor(inv, dtype=torch.float32, device=grad.device))
+        self._overflowed[key] = bad
 
     def step(self, optimizer: torch.optim.Optimizer) -> bool:
-        if self._entry(optimizer) is None:
+        """Unscale if not yet done for `optimizer`; step it unless its gradients overflowed.
+        Returns whether optimizer.step() ran."""
+        if id(optimizer) not in self._overflowed:
             self.unscale_(optimizer)
-        entry = self._entry(optimizer)
-        assert entry is not None
-        if entry[1]:
+        if self._overflowed[id(optimizer)]:
             return False
         optimizer.step()
         return True
 
     def update(self) -> None:
-        if not self._seen:
+        """Back off on any recorded overflow, else count a clean step (grow at the interval)."""
+        if not self._overflowed:
             return
-        overflow = any(bad for _, bad in self._seen)
-        self._seen = []
-        if overflow:
-            self._s = self._s * self.backoff_factor
-            self._good = 0
-            return
-        self._good += 1
-        if self._good >= self.growth_interval:
-            self._s = self._s * self.growth_factor
-            self._good = 0
+        if any(self._overflowed.values()):
+            self._scale = _f32(self._scale * self.backoff_factor)
+            self._clean_run = 0
+        else:
+            self._clean_run += 1
+            if self._clean_run >= self.growth_interval:
+                grown = _f32(self._scale * self.growth_factor)
+                if math.isfinite(grown):          # GradScaler never grows the scale to inf
+                    self._scale = grown
+                self._clean_run = 0
+        self._overflowed = {}
 
 
 class MasterWeightOptimizer:
+    """bf16 model weights trained through fp32 master copies (README §6)."""
+
     def __init__(self, params: Iterable[nn.Parameter],
                  make_optimizer: Callable[[list[torch.Tensor]], torch.optim.Optimizer]) -> None:
-        self._model = [p for p in params]
-        if len(self._model) == 0:
-            raise ValueError("no parameters")
-        if any(p.dtype != torch.bfloat16 for p in self._model):
-            raise TypeError("parameters must be bfloat16")
-        self.master_params = [torch.tensor(p.detach().float().tolist(), dtype=torch.float32)
-                              .reshape(p.shape).requires_grad_() for p in self._model]
-        self.optimizer = make_optimizer(self.master_params)
+        if isinstance(params, torch.Tensor):
+            params = [params]
+        model_params = list(params)
+        if not model_params:
+            raise ValueError("MasterWeightOptimizer needs at least one parameter")
+        for p in model_params:
+            if not isinstance(p, torch.Tensor) or p.dtype != torch.bfloat16:
+                raise TypeError(f"model parameters must be torch.bfloat16 tensors, got "
+                                f"{getattr(p, 'dtype', type(p).__name__)}")
+        self._model_params = model_params
+        self.master_params: list[torch.Tensor] = [
+            p.detach().to(torch.float32, copy=True).requires_grad_(True) for p in model_params
+        ]
+        self.optimizer = make_optimizer(list(self.master_params))
 
     def zero_grad(self) -> None:
-        for p in self._model:
-            p.grad = None
-        for m in self.master_params:
-            m.grad = None
+        """Set the `.grad` of every model parameter and every master copy to None."""
+        for t in (*self._model_params, *self.master_params):
+            t.grad = None
 
     def step(self) -> None:
+        """Cast the bf16 grads up onto the masters, step the fp32 optimizer, round the masters
+        down into the bf16 parameters in place."""
+        for p, m in zip(self._model_params, self.master_params):
+            m.grad = None if p.grad is None else p.grad.detach().to(torch.float32, copy=True)
+        self.optimizer.step()
         with torch.no_grad():
-            for p, m in zip(self._model, self.master_params):
-                m.grad = p.grad.float() if p.grad is not None else None
-            self.optimizer.step()
-            for p, m in zip(self._model, self.master_params):
-                p.copy_(m.to(torch.bfloat16))
+            for p, m in zip(self._model_params, self.master_params):
+                p.copy_(m)          # float32 -> bfloat16 copy rounds to nearest even
 
 
-def _dq(t: torch.Tensor, scale: torch.Tensor, fmt: str, top: float) -> torch.Tensor:
-    return round_to(torch.clamp(t * scale, min=-top, max=top), fmt) / scale
+def _quantise(t: torch.Tensor, scale: torch.Tensor, fmt: str, limit: float) -> torch.Tensor:
+    """Dequantised value of t stored in `fmt` with per-tensor `scale`."""
+    return round_to((t * scale).clamp(-limit, limit), fmt) / scale
 
 
-def _push(hist: torch.Tensor, scale: torch.Tensor, value: torch.Tensor, top: float) -> None:
-    new = torch.cat([value.reshape(1).to(hist.dtype), hist[:-1]])
-    hist.copy_(new)
-    m = new.max()
-    if torch.isfinite(m) and m > 0:
-        scale.fill_((torch.tensor(top, dtype=torch.float32) / m).item())
+def _record(history: torch.Tensor, scale: torch.Tensor, t: torch.Tensor, limit: float) -> None:
+    """Push max|t| at history[0] (oldest falls off) and recompute scale = limit / max(history),
+    keeping the old scale when that maximum is 0 or not finite. All in place."""
+    amax = t.detach().abs().amax() if t.numel() else torch.zeros((), device=t.device)
+    shifted = torch.cat([amax.reshape(1).to(history.dtype), history[:-1]])
+    history.copy_(shifted)
+    peak = history.max()
+    fresh = torch.tensor(limit, dtype=torch.float32, device=peak.device) / peak
+    ok = torch.isfinite(peak) & (peak > 0)
+    scale.copy_(torch.where(ok, fresh, scale))
 
 
-class _Fn(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, w: torch.Tensor, mod: Fp8Linear) -> torch.Tensor:
-        xq = _dq(x, mod.x_scale, "e4m3", E4M3_MAX)
-        wq = _dq(w, mod.w_scale, "e4m3", E4M3_MAX)
-        _push(mod.x_amax_history, mod.x_scale, x.detach().abs().amax(), E4M3_MAX)
-        _push(mod.w_amax_history, mod.w_scale, w.detach().abs().amax(), E4M3_MAX)
-        ctx.mod = mod
-        ctx.save_for_backward(xq, wq)
-        return torch.matmul(xq, wq.transpose(0, 1))
+class _Fp8Matmul(torch.autograd.Function):
+    """out = Q_e4m3(x) @ Q_e4m3(w)^T with delayed scaling; backward quantises g to E5M2."""
 
     @staticmethod
-    def backward(ctx: Any, g: torch.Tensor) -> Any:
-        xq, wq = ctx.saved_tensors
-        mod = ctx.mod
-        gq = _dq(g, mod.grad_scale, "e5m2", E5M2_MAX)
-        _push(mod.grad_amax_history, mod.grad_scale, g.abs().amax(), E5M2_MAX)
-        return torch.matmul(gq, wq), torch.matmul(gq.transpose(0, 1), xq), None
+    def forward(ctx, x: torch.Tensor, w: torch.Tensor, layer: Fp8Linear) -> torch.Tensor:
+        x_dq = _quantise(x, layer.x_scale, "e4m3", E4M3_MAX)
+        w_dq = _quantise(w, layer.w_scale, "e4m3", E4M3_MAX)
+        _record(layer.x_amax_history, layer.x_scale, x, E4M3_MAX)
+        _record(layer.w_amax_history, layer.w_scale, w, E4M3_MAX)
+        ctx.save_for_backward(x_dq, w_dq)
+        ctx.layer = layer
+        return x_dq @ w_dq.t()
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor):
+        x_dq, w_dq = ctx.saved_tensors
+        layer: Fp8Linear = ctx.layer
+        g_dq = _quantise(g, layer.grad_scale, "e5m2", E5M2_MAX)
+        gx = g_dq @ w_dq if ctx.needs_input_grad[0] else None
+        gw = g_dq.t() @ x_dq if ctx.needs_input_grad[1] else None
+        _record(layer.grad_amax_history, layer.grad_scale, g, E5M2_MAX)
+        return gx, gw, None
 
 
 class Fp8Linear(nn.Module):
+    """y = x W^T + b with E4M3 operands, E5M2 output gradients and delayed per-tensor scaling,
+    emulated in float32 (README §8)."""
+
     def __init__(self, in_features: int, out_features: int, bias: bool = True,
                  history_len: int = 16) -> None:
         super().__init__()
-        if history_len < 1:
-            raise ValueError("history_len must be >= 1")
-        ref = nn.Linear(in_features, out_features, bias=bias)
+        if isinstance(history_len, bool) or not isinstance(history_len, int) or history_len < 1:
+            raise ValueError(f"history_len must be an int >= 1, got {history_len!r}")
         self.in_features = in_features
-        self.weight = ref.weight
-        self.bias = ref.bias
+        self.out_features = out_features
+        self.history_len = history_len
+        self.weight = nn.Parameter(torch.empty(out_features, in_features))
+        self.bias = nn.Parameter(torch.empty(out_features)) if bias else None
+        self.reset_parameters()
         for kind in ("x", "w", "grad"):
-            self.register_buffer(kind + "_amax_history", torch.zeros(history_len))
-            self.register_buffer(kind + "_scale", torch.tensor(1.0))
+            self.register_buffer(f"{kind}_amax_history", torch.zeros(history_len))
+            self.register_buffer(f"{kind}_scale", torch.tensor(1.0))
+
+    def reset_parameters(self) -> None:
+        # nn.Linear's initialisation.
+        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            bound = 1.0 / math.sqrt(self.in_features) if self.in_features > 0 else 0.0
+            nn.init.uniform_(self.bias, -bound, bound)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.ndim != 2 or x.size(1) != self.in_features:
-            raise ValueError("x must be [batch, in_features]")
-        y = _Fn.apply(x, self.weight, self)
-        if self.bias is not None:
-            y = y + self.bias
-        return y
+        if not isinstance(x, torch.Tensor) or x.dtype != torch.float32 or x.dim() != 2 \
+                or x.shape[1] != self.in_features:
+            raise ValueError(f"Fp8Linear expects float32 [batch, {self.in_features}], got "
+                             f"{getattr(x, 'dtype', type(x).__name__)} "
+                             f"{tuple(getattr(x, 'shape', ()))}")
+        out = _Fp8Matmul.apply(x, self.weight, self)
+        return out if self.bias is None else out + self.bias
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}, history_len={self.history_len}")
