@@ -17,7 +17,8 @@ whose arguments hold a dict key that names an answer (`ANSWER_KEYS`: "expected",
 ...), whatever its type — integers and strings included, which the ledger does not judge.
 
 Checks that an input comes back unchanged (or that a rank keeps its slice of an input) compare
-against an input by design; they are named in `ECHO_CHECKS` — the test, the input, and why.
+against an input by design; they are named in `grader/instructor/leak_echoes.py`
+(`ECHO_CHECKS`: the test, the input, and why), which ships to no student: it names hidden tests.
 """
 
 from __future__ import annotations
@@ -35,25 +36,6 @@ ENV = "MLSYS_LEAKCHECK"
 MIN_VALUES = 8  # distinct precise values an expected tensor needs to be judged
 MIN_BITS = 12  # significant bits a value needs to count as precise (float32 data has 24)
 MAX_NUMEL = 4_000_000  # sent tensors larger than this are not kept (nothing graded is)
-
-# (part of the test's node id, part of the sent argument's path, why): comparisons whose
-# expected value is, by design, an input the rank was given or a slice of one.
-ECHO_CHECKS: tuple[tuple[str, str, str], ...] = (
-    ("tensor_parallel/test_cross_entropy.py::test_loss_with_targets_in_every_shard",
-     "['logits']", "the logits shard must come back unchanged (no in-place edit)"),
-    ("tensor_parallel/test_layers.py::test_column_parameters_are_row_slices", "['state']",
-     "a layer built from the dense weights must hold its slice of them"),
-    ("tensor_parallel/test_layers.py::test_row_parameters_are_column_slices", "['state']",
-     "a layer built from the dense weights must hold its slice of them"),
-    ("moe/test_all_to_all.py::test_forward[world_size=2-one_rank_sends_nothing]",
-     "['xs'][1]", "rank 0 sends nothing: rank 1 receives only its own rows back"),
-    ("paged_kv/test_cache_ops.py::test_copy_blocks_copies_whole_blocks_of_both_caches",
-     "['copy']", "copy_blocks' result is made of its input's blocks"),
-    ("triton_kernels/test_flash_attention.py::test_single_query", "['args'][2]",
-     "attention over one key returns that key's value row"),
-    ("triton_kernels/test_paged_decode.py::test_length_one", "['args'][2]",
-     "attention over one cached token returns its value row"),
-)
 
 ANSWER_KEYS = frozenset({"expected", "reference", "answer", "answers", "golden", "want",
                          "wanted", "expected_output", "reference_output"})
@@ -159,12 +141,9 @@ def compared(expected: Any) -> None:
     module = test.split("::")[0]
     with _lock:
         sent = [(where, pool) for file, where, pool in _sent if file == module]
-    for where, pool in sent:
-        if any(name in test and part in where for name, part, _ in ECHO_CHECKS):
-            continue
+    for where, pool in sent:  # every match: the instructor's side lets declared echoes through
         if pool.numel() >= values.numel() and bool(torch.isin(values, pool).all()):
             _write({"test": test, "sent": where, "values": int(values.numel())})
-            return
 
 
 def _write(finding: dict[str, Any]) -> None:

@@ -36,6 +36,12 @@ def implementation(text: str, rootdir: Path) -> ImplSpec:
 # sandboxed ranks cannot see, also when they come from --suites PATH) sent with the rank function.
 RANK_PRELOAD = ("grader.compare", "grader.seeds")
 RANK_BY_VALUE_PACKAGES = ("grader.suites",)
+# The grader's part of what sandboxed ranks may read of the checkout (harness.sandbox binds the
+# harness and assignments/ itself): the modules rank functions import, seeds and tolerances
+# (compare, which records for the leak check), and the GPU suite's timing runs (bench).
+# harness/tests/test_sandbox.py checks every suite's imports against it.
+RANK_CHECKOUT = ("grader/__init__.py", "grader/seeds.py", "grader/compare.py",
+                 "grader/leakcheck.py", "grader/bench")
 
 
 def configure_ranks() -> None:
@@ -85,7 +91,8 @@ def enable_sandbox(mode: str, impl: ImplSpec, hidden_roots: list[Path]) -> dict[
     if not (impl.kind in ("solutions", "mutant") and Path(impl.root) == solutions):
         hide.append(str(solutions))
     readable = [impl.root]  # the code under test: the sandbox binds only what ranks need
-    status = sandbox.enable(sandbox.SandboxConfig(hide=tuple(hide), readable=tuple(readable)))
+    status = sandbox.enable(sandbox.SandboxConfig(hide=tuple(hide), readable=tuple(readable),
+                                                checkout=RANK_CHECKOUT))
     if mode == "strict" and status.mode != "full":
         raise pytest.UsageError(f"{status.summary}; --sandbox strict needs the full sandbox")
     return status.to_plain()

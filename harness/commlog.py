@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import inspect
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -313,4 +313,24 @@ def windows(records: Iterable[CommRecord], prefix: str = "") -> dict[str, list[C
     return out
 
 
-__all__ = ["COMMUNICATION_APIS", "P2P_APIS", "CommLog", "CommRecord", "Forbid", "windows"]
+__all__ = ["COMMUNICATION_APIS", "P2P_APIS", "CommLog", "CommRecord", "Forbid", "as_log", "windows"]
+
+
+def as_log(wire: Sequence[sidecar.WireRecord]) -> list[CommRecord]:
+    """What the sidecar carried for one rank, as a communication log (`CommRecord`s, with a
+    "mark" wherever the rank's label changes), so that suites written against the in-rank log
+    (`harness.commlog.windows`) judge the wire instead. Operations, sizes and order are the
+    wire's; the phases come from the rank's marks, which only label records (a phase with no
+    operation has no window)."""
+    out: list[CommRecord] = []
+    label: str | None = None
+    for record in wire:
+        if record.label != label:
+            label = record.label
+            out.append(CommRecord(op="mark", label=label))
+        size = sidecar._ELEMENT_SIZE.get(record.dtype, 1)
+        out.append(CommRecord(op=sidecar._LOG_NAME.get(record.kind, record.kind), peer=record.peer,
+                              group_ranks=record.group_ranks, numel=record.bytes // size,
+                              bytes=record.bytes, out_numel=record.bytes // size,
+                              dtype=record.dtype))
+    return out

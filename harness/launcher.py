@@ -125,7 +125,7 @@ _argument_observers: list[Callable[[str, Any, Any, Any], None]] = []
 
 def observe_arguments(observer: Callable[[str, Any, Any, Any], None]) -> None:
     """Call `observer(fn_qualname, args, kwargs, rank_args)` for every launch from now on,
-    before the ranks start (the grader's leak check: `grader/leakcheck.py`)."""
+    before the ranks start (the caller's check that no expected value travels to a rank)."""
     _argument_observers.append(observer)
 
 

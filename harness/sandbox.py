@@ -7,8 +7,9 @@ through a small wrapper script that enters `bwrap`:
   a network namespace with only loopback up (gloo still works), no shared IPC;
 - an allow-listed file system, read-only: the system's programs and libraries (/usr, /etc),
   the interpreter and its packages, of this checkout only what ranks import (`RANK_CHECKOUT`:
-  the harness, assignments/, a few grader modules; not grader/tests, the instructor tools, the
-  hidden suites, solutions unless under test, or `.git`), the submission; a fresh /tmp and the
+  the harness and assignments/, plus the parts the caller names in `SandboxConfig.checkout`;
+  nothing else: no tests, tools, hidden suites, solutions unless under test, or `.git`), the
+  submission; a fresh /tmp and the
   session's work folder — no home, no other checkout, no /proc of other processes;
 - a cleared environment, then `python -I` (no sitecustomize, .pth of the user site, PYTHON*).
 As root, the forkserver keeps only the capabilities to change user, and each rank becomes a
@@ -55,6 +56,9 @@ class SandboxConfig:
 
     hide: tuple[str, ...] = ()
     readable: tuple[str, ...] = ()
+    # Parts of the checkout (relative paths) that rank code imports besides `RANK_CHECKOUT`:
+    # the caller's own modules that rank functions use (the harness names none of them).
+    checkout: tuple[str, ...] = ()
     memory_bytes: int = 8 * 2**30
     max_processes: int = 512
 
@@ -97,23 +101,19 @@ def _runner_files() -> list[str]:
     return [os.environ[key] for key in RUNNER_ENV_PATHS if os.environ.get(key)]
 
 
-# What ranks need of the checkout, and nothing else of it: the harness, the provided modules and
-# stubs, and the few grader modules that rank functions import (seeds, tolerances). Not bound:
-# grader/tests (grader/tests/independent holds a correct implementation of every assignment),
-# the instructor tools, the hidden suites, solutions/ (unless it is the code under test, then
-# it comes in as `SandboxConfig.readable`), .git, docs. A grader module a rank imports must be
-# listed here (harness/tests/test_sandbox.py checks the suites' imports against it); the GPU
-# suite's timing runs import grader/bench.
-RANK_CHECKOUT = ("harness", "assignments", "grader/__init__.py", "grader/seeds.py",
-                 "grader/compare.py", "grader/leakcheck.py", "grader/bench")
+# What ranks need of the checkout, and nothing else of it: the harness and the provided modules
+# and stubs, plus what the caller lists in `SandboxConfig.checkout`. Everything else stays
+# unbound: tests (which may hold correct implementations), tools, hidden suites, solutions/
+# (unless it is the code under test, then it comes in as `SandboxConfig.readable`), .git, docs.
+RANK_CHECKOUT = ("harness", "assignments")
 
 
-def _required_paths() -> list[str]:
-    """What ranks need: what `RANK_CHECKOUT` lists of the checkout, and the interpreter with
-    its packages."""
+def _required_paths(checkout: tuple[str, ...] = ()) -> list[str]:
+    """What ranks need: what `RANK_CHECKOUT` and `checkout` list of the checkout, and the
+    interpreter with its packages."""
     executable_dir = os.path.dirname(os.path.realpath(sys.executable))
-    paths = [*(str(REPO_ROOT / part) for part in RANK_CHECKOUT), sys.prefix, sys.base_prefix,
-             executable_dir]
+    paths = [*(str(REPO_ROOT / part) for part in (*RANK_CHECKOUT, *checkout)), sys.prefix,
+             sys.base_prefix, executable_dir]
     for path in (sys.prefix, sys.executable):  # a venv inside the checkout: its link too
         if _inside(path, [str(REPO_ROOT)]):
             top = REPO_ROOT / Path(path).relative_to(REPO_ROOT).parts[0]
@@ -151,7 +151,7 @@ def _bwrap_args(config: SandboxConfig, base: str) -> list[str]:
     args = ["bwrap", "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net",
             "--unshare-ipc", "--unshare-uts", "--dev", "/dev", "--proc", "/proc",
             "--tmpfs", "/tmp"]
-    allowed = [p for p in (*SYSTEM_PATHS, *_required_paths(), *config.readable)
+    allowed = [p for p in (*SYSTEM_PATHS, *_required_paths(config.checkout), *config.readable)
                if os.path.lexists(p)]
     links = [p for p in allowed if os.path.islink(p)]
     for path in sorted(set(allowed) - set(links), key=lambda p: (p.count("/"), p)):

@@ -753,28 +753,6 @@ _ELEMENT_SIZE = {name: torch.empty(0, dtype=dtype).element_size()
                  for name, dtype in DTYPES.items()}
 
 
-def as_log(wire: Sequence[WireRecord]) -> list[Any]:
-    """What the sidecar carried for one rank, as a communication log (`CommRecord`s, with a
-    "mark" wherever the rank's label changes), so that suites written against the in-rank log
-    (`harness.commlog.windows`) judge the wire instead. Operations, sizes and order are the
-    wire's; the phases come from the rank's marks, which only label records (a phase with no
-    operation has no window)."""
-    from harness.commlog import CommRecord
-
-    out: list[Any] = []
-    label: str | None = None
-    for record in wire:
-        if record.label != label:
-            label = record.label
-            out.append(CommRecord(op="mark", label=label))
-        size = _ELEMENT_SIZE.get(record.dtype, 1)
-        out.append(CommRecord(op=_LOG_NAME.get(record.kind, record.kind), peer=record.peer,
-                              group_ranks=record.group_ranks, numel=record.bytes // size,
-                              bytes=record.bytes, out_numel=record.bytes // size,
-                              dtype=record.dtype))
-    return out
-
-
 def forbidden_on_wire(records: Sequence[WireRecord], forbids: Any) -> WireRecord | None:
     """The first wire operation that no public name it could come from may call."""
     for record in records:
@@ -802,6 +780,6 @@ def check_against_wire(rank: int, logged: Sequence[Any], wire: Sequence[WireReco
             f"{len(claimed)} logged, {len(carried)} carried point-to-point operations)")
 
 
-__all__ = ["BACKEND", "SidecarGroup", "SidecarSet", "WireMismatchError", "WireRecord", "as_log",
+__all__ = ["BACKEND", "SidecarGroup", "SidecarSet", "WireMismatchError", "WireRecord",
            "check_against_wire", "connect_rank", "forbidden_on_wire", "mark", "new_token",
            "socket_path"]

@@ -59,6 +59,7 @@ from grader.instructor.judges import (
     not_attempted,
     usable,
 )
+from grader.instructor.leak_echoes import is_echo
 from grader.instructor.partial import (
     Variants,
     expected_feedback,
@@ -156,7 +157,7 @@ def _judge_leaks(verdicts: dict[str, dict[str, Verdict]]) -> None:
     for finding in leakcheck.findings(os.environ.get(leakcheck.ENV, "")):
         test, sent = str(finding.get("test", "")), str(finding.get("sent", ""))
         aid = next((a for a in verdicts if f"/{a}/" in f"/{test}"), None)
-        if aid is None or (test, sent) in seen:
+        if aid is None or (test, sent) in seen or is_echo(test, sent):
             continue
         seen.add((test, sent))
         verdicts[aid]["solution"].breaches.append(

@@ -38,13 +38,16 @@ def test_small_or_integer_values_are_not_judged(tmp_path, monkeypatch):
 
 
 def test_declared_echo_checks_are_let_through(tmp_path, monkeypatch):
+    from grader.instructor.leak_echoes import is_echo
+
     path = _ledger(tmp_path, monkeypatch)
-    monkeypatch.setattr(leakcheck, "ECHO_CHECKS",
-                        (("demo/test_x.py::test_y", "['x']", "x must come back unchanged"),))
+    echoes = (("demo/test_x.py::test_y", "['x']", "x must come back unchanged"),)
     x = torch.randn(16, generator=torch.Generator().manual_seed(1))
     leakcheck.observe_launch("rank_fn", ({"x": x},), {}, None)
     leakcheck.compared(x.clone())
-    assert leakcheck.findings(str(path)) == []
+    found = leakcheck.findings(str(path))
+    assert found and all(is_echo(f["test"], f["sent"], echoes) for f in found)
+    assert not is_echo("demo/test_x.py::test_z", "['x']", echoes)
 
 
 def test_inactive_ledger_records_nothing(tmp_path, monkeypatch):

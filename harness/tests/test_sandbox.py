@@ -112,8 +112,11 @@ def test_the_checkout_is_allow_listed(tmp_path):
     """Ranks see the harness, the stubs and the grader modules rank functions import; not
     grader/tests (correct implementations of every assignment), the instructor tools, the
     hidden suites, solutions or .git (checked on the command line: bwrap is not needed)."""
+    from grader.session_setup import RANK_CHECKOUT
+
     repo = Path(sandbox.REPO_ROOT)
-    bound = _bound(sandbox._bwrap_args(sandbox.SandboxConfig(), str(tmp_path)))
+    config = sandbox.SandboxConfig(checkout=RANK_CHECKOUT)
+    bound = _bound(sandbox._bwrap_args(config, str(tmp_path)))
     for needed in ("harness/launcher.py", "assignments/ring_allreduce/ring.py",
                    "grader/__init__.py", "grader/seeds.py", "grader/compare.py"):
         assert _visible(repo / needed, bound), f"{needed} must be visible to ranks"
@@ -131,12 +134,13 @@ def test_the_suites_import_only_listed_grader_modules():
     pattern = re.compile(r"^\s*(?:from|import) (grader(?:\.\w+)*)", re.MULTILINE)
     files = [*(repo / "grader" / "suites").rglob("*.py"),
              *(repo / "assignments").glob("*/test_public.py")]
-    listed = [part.removesuffix(".py").replace("/", ".") for part in sandbox.RANK_CHECKOUT
-              if part.startswith("grader")]
+    from grader.session_setup import RANK_CHECKOUT
+
+    listed = [part.removesuffix(".py").replace("/", ".") for part in RANK_CHECKOUT]
     for file in files:
         for name in pattern.findall(file.read_text()):
             if name == "grader.suites" or name.startswith("grader.suites."):
                 continue
             assert any(name == m or name.startswith(m + ".") for m in listed), (
                 f"{file.relative_to(repo)} imports {name}, which ranks cannot see: add it to "
-                f"harness.sandbox.RANK_CHECKOUT")
+                f"grader.session_setup.RANK_CHECKOUT")

@@ -7,8 +7,9 @@ import torch
 import torch.distributed as dist
 
 from harness import Forbid, launch
+from harness.commlog import as_log
 from harness.errors import ForbiddenCallError
-from harness.sidecar import WireMismatchError, as_log
+from harness.sidecar import WireMismatchError
 
 P2P_ONLY = Forbid(allow_only=frozenset({"send", "recv", "isend", "irecv"}),
                   rule="point-to-point only")

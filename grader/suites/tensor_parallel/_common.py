@@ -26,8 +26,7 @@ from torch import nn
 from grader.compare import assert_close
 from grader.seeds import seeded_generator, shifted
 from harness import CommRecord
-from harness.commlog import windows
-from harness.sidecar import as_log
+from harness.commlog import as_log, windows
 
 DTYPE = torch.float64
 # Inputs and layers live on the CPU: values and call counts do not depend on the backend, and
@@ -145,7 +144,7 @@ def check(actual: Any, expected: torch.Tensor | None, what: str, hint: str = "")
 
 def comm_windows(result: Any, rank: int) -> defaultdict[str, list[CommRecord]]:
     """Rank `rank`'s wire log cut at its marks (`harness.commlog.windows` of
-    `harness.sidecar.as_log`); a phase in which nothing was carried is an empty window."""
+    `harness.commlog.as_log`); a phase in which nothing was carried is an empty window."""
     return defaultdict(list, windows(as_log(result.wire[rank])))
 
 

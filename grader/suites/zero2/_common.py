@@ -32,8 +32,8 @@ from torch import nn
 from grader.seeds import seeded_generator, shifted
 from harness import CommRecord
 from harness.cases import Memo
+from harness.commlog import as_log
 from harness.launcher import preload
-from harness.sidecar import as_log
 
 # torch.optim imports torch._dynamo on first use: seconds per rank unless the forkserver has it.
 preload("torch._dynamo")
@@ -267,7 +267,7 @@ CONFIGS = {  # name -> (spec, world size)
 @dataclass
 class Run:
     values: list[dict]  # per rank, what rank_train returned
-    comm: list[list[CommRecord]]  # what the sidecars carried, as a log (harness.sidecar.as_log)
+    comm: list[list[CommRecord]]  # what the sidecars carried, as a log (harness.commlog.as_log)
     ref: Reference
     spec: dict
     world_size: int

@@ -1,0 +1,29 @@
+"""Comparisons the leak check (grader/leakcheck.py) lets through: their expected value is, by
+design, an input the rank was given or a slice of one. Instructor-only: it names hidden tests,
+so it lives here and never ships in a student release."""
+
+from __future__ import annotations
+
+# (part of the test's node id, part of the sent argument's path, why): comparisons whose
+# expected value is, by design, an input the rank was given or a slice of one.
+ECHO_CHECKS: tuple[tuple[str, str, str], ...] = (
+    ("tensor_parallel/test_cross_entropy.py::test_loss_with_targets_in_every_shard",
+     "['logits']", "the logits shard must come back unchanged (no in-place edit)"),
+    ("tensor_parallel/test_layers.py::test_column_parameters_are_row_slices", "['state']",
+     "a layer built from the dense weights must hold its slice of them"),
+    ("tensor_parallel/test_layers.py::test_row_parameters_are_column_slices", "['state']",
+     "a layer built from the dense weights must hold its slice of them"),
+    ("moe/test_all_to_all.py::test_forward[world_size=2-one_rank_sends_nothing]",
+     "['xs'][1]", "rank 0 sends nothing: rank 1 receives only its own rows back"),
+    ("paged_kv/test_cache_ops.py::test_copy_blocks_copies_whole_blocks_of_both_caches",
+     "['copy']", "copy_blocks' result is made of its input's blocks"),
+    ("triton_kernels/test_flash_attention.py::test_single_query", "['args'][2]",
+     "attention over one key returns that key's value row"),
+    ("triton_kernels/test_paged_decode.py::test_length_one", "['args'][2]",
+     "attention over one cached token returns its value row"),
+)
+
+
+def is_echo(test: str, sent: str, echoes: tuple[tuple[str, str, str], ...] = ECHO_CHECKS) -> bool:
+    """Whether the finding (test node id, path of the sent argument) is a declared echo."""
+    return any(name in test and part in sent for name, part, _ in echoes)
