@@ -6,10 +6,16 @@
 - `Fp8Linear`: a linear layer with E4M3 inputs and weights, E5M2 output gradients and delayed
   per-tensor scaling, emulated on float32 (README §8).
 
-The rules of the exercise (the point is to write these yourself; the suite judges values, a
-reviewer reads the code): no casting to torch.bfloat16, torch.float16, torch.float8_e4m3fn or
-torch.float8_e5m2 in `round_to` and `Fp8Linear`, and no torch.amp.GradScaler in
-`DynamicLossScaler`. `MasterWeightOptimizer` does cast (its model weights are bf16).
+The rules of the exercise (the point is to write these yourself; the hidden suite reads this
+file's source for them, docstrings and comments aside):
+- `round_to` and `Fp8Linear`, and every function, class or module-level name of this file they
+  use (your helpers), never name a low-precision dtype: no torch.bfloat16, torch.float16 /
+  torch.half or torch.float8_* (not as an attribute, an import or a string), no `.bfloat16()` /
+  `.half()`; so no `.to`, `.type`, `.view` or `dtype=` into those dtypes. Bit reinterpretation
+  as integers (`x.view(torch.int32)`), float32 / float64 arithmetic and `torch.finfo(...)` are
+  fine. `Fp8Linear` quantises with your `round_to`.
+- no `GradScaler` anywhere in this file (torch.amp's or torch.cuda.amp's).
+`MasterWeightOptimizer` does cast (its model weights are bf16).
 """
 
 from __future__ import annotations
@@ -45,8 +51,9 @@ def round_to(x: torch.Tensor, fmt: str) -> torch.Tensor:
           largest finite value (and for ±inf); e4m3 saturates: everything above 448 in
           magnitude, ±inf included, gives ±448;
         - NaN gives NaN.
-        Work on the float32 bits or with exact float64 arithmetic; do not cast to the target
-        dtype.
+        Work on the float32 bits or with exact float64 arithmetic; never name the target
+        dtype (no cast, `.view` or `dtype=` into bf16 / fp16 / fp8, in here or in the helpers
+        this calls; see the module docstring).
 
     Raises:
         ValueError: `fmt` is not one of the four names.
@@ -56,7 +63,8 @@ def round_to(x: torch.Tensor, fmt: str) -> torch.Tensor:
 
 
 class DynamicLossScaler:
-    """Dynamic loss scaling for fp16 training: torch.amp.GradScaler's documented behaviour.
+    """Dynamic loss scaling for fp16 training: torch.amp.GradScaler's documented behaviour,
+    written without GradScaler (this file may not name it).
 
     A training step uses it as GradScaler is used:
 

@@ -154,7 +154,7 @@ def test_final_parameters_equal_gradscaler(results, name):
         hint="gradients must be unscaled exactly once per step, multiplying by 1/scale"))
 
 
-@pytest.mark.points(3)
+@pytest.mark.points(2)
 @pytest.mark.exercises("DynamicLossScaler")
 def test_unscale_before_step_is_not_repeated(results):
     name = "explicit-unscale"
