@@ -2,6 +2,9 @@
 
 You implement the three size rules (`round_size`, `allocation_size`, `should_split`, README §3)
 and `CachingAllocator` (README §4–§6) over `assignments.allocator.device.FakeDevice`.
+STRETCH (optional, README §12): `CachingAllocator(device, expandable_segments=True)`, one
+segment per pool and stream that grows by mapping 2 MiB pages (see `__init__`); the default
+(False) is the policy of §4–§6 alone.
 
 Vocabulary used below (README §2):
 - a *segment* is what one `device.malloc` returned; it is carved into *blocks* that tile it
@@ -109,8 +112,36 @@ class CachingAllocator:
     `num_device_frees` (`device.free` calls), `num_alloc_retries`, `num_ooms`.
     """
 
-    def __init__(self, device: FakeDevice) -> None:
-        """An empty cache over `device`; no device call is made."""
+    def __init__(self, device: FakeDevice, expandable_segments: bool = False) -> None:
+        """An empty cache over `device`; no device call is made.
+
+        STRETCH (README §12, optional; the default False is the policy above, unchanged).
+        With `expandable_segments=True` (PyTorch's `expandable_segments:True`) every pool and
+        stream has at most one segment, which grows instead of new segments being added. Only
+        steps 4 and 5 and `empty_cache` change; best fit, splitting, coalescing, pending
+        blocks and the statistics' definitions stay as above:
+        4'. The first time a (pool, stream) needs memory, reserve its address range:
+            `base = device.reserve(max(PAGE_SIZE, device.capacity rounded up to PAGE_SIZE))`
+            (`PAGE_SIZE` = 2 MiB from `device.py`). Let `tail` be the segment's last block and
+            `end` the segment's end (`base` while nothing is mapped). `have` = the size of
+            `tail` if it is free, else 0. Call `device.map(end, grow)` once with
+            `grow = PAGE_SIZE * ceil((rounded - have) / PAGE_SIZE)`. A free `tail` grows by
+            `grow` bytes; otherwise the new pages are a new last block `[end, end + grow)`.
+            That block is split (`should_split`) and its lower part handed out as in step 3.
+        5'. `device.map` raised `DeviceOutOfMemory`: count a retry, `empty_cache()`, then do
+            step 4' once more from the start (the tail may have been unmapped, so `grow` is
+            computed again). If it raises too: count it and raise `OutOfMemoryError` as in 5.
+        `empty_cache()`: `device.synchronize()`, pending blocks back (step F), then for every
+        segment in increasing address order whose last block is free: `device.unmap` the
+        whole pages inside that block (from its address rounded up to `PAGE_SIZE` to the
+        segment's end), once, if there is at least one; the block shrinks to what is left
+        before that page boundary, and disappears when nothing is left. Free blocks that are
+        not last stay mapped. A segment with no mapped bytes is left out of `snapshot()`, and
+        later grows again from `base` (it is never reserved twice).
+        Statistics: a segment is the mapped part `[base, end)`; `reserved_bytes` = mapped
+        bytes (equals `device.used_bytes`); `num_device_mallocs` counts successful
+        `device.map` calls, `num_device_frees` `device.unmap` calls. No `device.malloc` or
+        `device.free` is ever called in this mode."""
         raise NotImplementedError("CachingAllocator.__init__: see README §4")
 
     def malloc(self, size: int, stream: int = 0) -> int:

@@ -234,10 +234,36 @@ def without_annotations(source: str) -> str:
     return ast.unparse(tree)
 
 
-def missing_from(stub: Path, other: Path) -> list[str]:
+def only_optional_extras(stub_sig: str, other_sig: str | None) -> bool:
+    """Whether function signature `stub_sig` is `other_sig` plus trailing parameters that all
+    have defaults: the opt-in of an optional part (a stretch goal) that `other` leaves out."""
+    if other_sig is None or not stub_sig.startswith("def ") or not other_sig.startswith("def "):
+        return False
+    try:
+        ours, theirs = (ast.parse(f"{sig}:\n    pass").body[0] for sig in (stub_sig, other_sig))
+    except SyntaxError:
+        return False
+    assert isinstance(ours, ast.FunctionDef) and isinstance(theirs, ast.FunctionDef)
+    a, b = ours.args, theirs.args
+    n = len(b.args)
+    if (b.posonlyargs or b.kwonlyargs or b.vararg or b.kwarg or a.posonlyargs or a.vararg
+            or a.kwarg or a.kwonlyargs or len(a.args) <= n):
+        return False
+    extras = len(a.args) - n
+    if len(a.defaults) < extras:  # an extra parameter without a default
+        return False
+    if [ast.dump(x) for x in a.args[:n]] != [ast.dump(x) for x in b.args]:
+        return False
+    shared_defaults = a.defaults[:len(a.defaults) - extras]
+    return [ast.dump(d) for d in shared_defaults] == [ast.dump(d) for d in b.defaults]
+
+
+def missing_from(stub: Path, other: Path, optional_extras: bool = False) -> list[str]:
     """What `other` (an independent implementation) lacks of the stub's public API: each stub
     name it does not define, or defines with other parameters (names, kinds, defaults; type
-    hints aside). Names only `other` defines are its own business. Problems as messages."""
+    hints aside). Names only `other` defines are its own business. Problems as messages.
+    With `optional_extras` (it leaves out an optional part, NOT_ATTEMPTED), a stub function
+    that only adds trailing parameters with defaults (the part's opt-in) is not a problem."""
     apis = []
     for path in (stub, other):
         if not path.is_file():
@@ -249,4 +275,5 @@ def missing_from(stub: Path, other: Path) -> list[str]:
             return [f"cannot parse {path} line {exc.lineno}: {exc.msg}"]
     ours, theirs = apis
     return [str(Difference(name, ours[name], theirs.get(name)))
-            for name in sorted(ours) if ours[name] != theirs.get(name)]
+            for name in sorted(ours) if ours[name] != theirs.get(name)
+            and not (optional_extras and only_optional_extras(ours[name], theirs.get(name)))]

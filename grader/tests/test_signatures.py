@@ -146,3 +146,15 @@ def test_compare_files_reports_missing_files_and_syntax_errors(tmp_path):
     assert compare_files(good, tmp_path / "gone.py") == [f"{tmp_path / 'gone.py'} is missing"]
     [message] = compare_files(good, broken)
     assert message.startswith(f"cannot parse {broken} line 1")
+
+
+def test_an_optional_parts_opt_in_is_not_required_of_an_implementation_that_skips_it():
+    from grader.instructor.signatures import only_optional_extras
+
+    assert only_optional_extras("def __init__(self, device, expandable_segments=False)",
+                                "def __init__(self, device)")
+    assert only_optional_extras("def f(self, a=0, b=1)", "def f(self, a=0)")
+    assert not only_optional_extras("def f(self, a, b)", "def f(self, a)")        # no default
+    assert not only_optional_extras("def f(self, a=1, b=1)", "def f(self, a=0)")  # changed
+    assert not only_optional_extras("def f(self, b=1)", "def f(self, a)")          # renamed
+    assert not only_optional_extras("def f(self, a)", None)

@@ -5,6 +5,9 @@ get_allocation_size, should_split, get_free_block, free_block, release_cached_bl
 
 You implement the three size rules (`round_size`, `allocation_size`, `should_split`, README §3)
 and `CachingAllocator` (README §4–§6) over `assignments.allocator.device.FakeDevice`.
+STRETCH (optional, README §12): `CachingAllocator(device, expandable_segments=True)`, one
+segment per pool and stream that grows by mapping 2 MiB pages (see `__init__`); the default
+(False) is the policy of §4–§6 alone.
 
 Vocabulary used below (README §2):
 - a *segment* is what one `device.malloc` returned; it is carved into *blocks* that tile it
@@ -28,7 +31,7 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Any
 
-from assignments.allocator.device import DeviceOutOfMemory, Event, FakeDevice
+from assignments.allocator.device import PAGE_SIZE, DeviceOutOfMemory, Event, FakeDevice
 
 MIB = 1 << 20
 MIN_BLOCK_SIZE = 512        # kMinBlockSize: every block size is a multiple of this
@@ -115,8 +118,11 @@ class _Block:
 class CachingAllocator:
     """Hands out device memory from cached segments; calls the device only on a cache miss."""
 
-    def __init__(self, device: FakeDevice) -> None:
+    def __init__(self, device: FakeDevice, expandable_segments: bool = False) -> None:
         self.device = device
+        # STRETCH (README §12): one growing segment per (pool, stream) instead of many.
+        self._expandable = expandable_segments
+        self._reservations: dict[tuple[bool, int], int] = {}  # (small?, stream) -> base address
         # One pool per (small?, stream): a sorted list of (size, address) keys, so best fit is a
         # bisect. PyTorch keeps a std::set ordered by (stream, size, address) per pool.
         self._pools: dict[tuple[bool, int], list[tuple[int, int]]] = {}
@@ -194,6 +200,8 @@ class CachingAllocator:
         block = self._best_fit(rounded, is_small, stream)
         if block is not None:
             self._uncache(block)
+        elif self._expandable:
+            block = self._grow(size, rounded, is_small, stream)
         else:
             block = self._new_segment(size, rounded, is_small, stream)
         if should_split(block.size, rounded, is_small):
@@ -225,6 +233,81 @@ class CachingAllocator:
         block = _Block(address, segment_size, stream, is_small, segment=address)
         self._segments[address] = block
         return block
+
+    # -- STRETCH: expandable segments (README §12) --------------------------------------------
+    def _grow(self, size: int, rounded: int, is_small: bool, stream: int) -> _Block:
+        """Steps 4 and 5 with expandable segments: map pages at the end of the (pool, stream)
+        segment, emptying the cache once if the device is full."""
+        try:
+            return self._map_more(rounded, is_small, stream)
+        except DeviceOutOfMemory:
+            self._stats["num_alloc_retries"] += 1
+            self.empty_cache()
+            try:
+                return self._map_more(rounded, is_small, stream)
+            except DeviceOutOfMemory:
+                self._stats["num_ooms"] += 1
+                raise OutOfMemoryError(size, self._stats["allocated_bytes"],
+                                       self._stats["reserved_bytes"]) from None
+
+    def _last_block(self, base: int) -> _Block | None:
+        block = self._segments.get(base)
+        while block is not None and block.next is not None:
+            block = block.next
+        return block
+
+    def _map_more(self, rounded: int, is_small: bool, stream: int) -> _Block:
+        """Map the pages the request lacks after the segment's free tail; the block to hand
+        out (the grown tail, or a new last block). Raises DeviceOutOfMemory, changing nothing
+        but the reservation."""
+        key = (is_small, stream)
+        if key not in self._reservations:
+            # Like PyTorch, reserve address space for the whole device at once: the segment can
+            # then grow up to the capacity without ever moving.
+            span = max(PAGE_SIZE, -(-self.device.capacity // PAGE_SIZE) * PAGE_SIZE)
+            self._reservations[key] = self.device.reserve(span)
+        base = self._reservations[key]
+        tail = self._last_block(base)
+        end = tail.address + tail.size if tail is not None else base
+        have = tail.size if tail is not None and tail.state == "free" else 0
+        grow = -(-(rounded - have) // PAGE_SIZE) * PAGE_SIZE
+        self.device.map(end, grow)
+        self._stats["num_device_mallocs"] += 1
+        self._stats["reserved_bytes"] += grow
+        if tail is not None and have:
+            self._uncache(tail)
+            tail.size += grow
+            return tail
+        block = _Block(end, grow, stream, is_small, segment=base, prev=tail)
+        if tail is not None:
+            tail.next = block
+        else:
+            self._segments[base] = block
+        return block
+
+    def _unmap_free_tails(self) -> None:
+        """empty_cache with expandable segments: unmap the whole pages of each segment's free
+        last block, segments in increasing address order."""
+        for base in sorted(self._segments):
+            tail = self._last_block(base)
+            assert tail is not None
+            if tail.state != "free":
+                continue
+            cut = -(-tail.address // PAGE_SIZE) * PAGE_SIZE
+            end = tail.address + tail.size
+            if cut >= end:
+                continue
+            self._uncache(tail)
+            self.device.unmap(cut, end - cut)
+            self._stats["num_device_frees"] += 1
+            self._stats["reserved_bytes"] -= end - cut
+            tail.size = cut - tail.address
+            if tail.size:
+                self._cache(tail)
+            elif tail.prev is not None:
+                tail.prev.next = None
+            else:
+                del self._segments[base]
 
     def _split(self, block: _Block, rounded: int) -> None:
         """Keep the lower `rounded` bytes in `block`; cache the rest as a new free block."""
@@ -274,6 +357,9 @@ class CachingAllocator:
         # synchronize_and_free_events does); device.free would wait for the work anyway.
         self.device.synchronize()
         self._process_events()
+        if self._expandable:
+            self._unmap_free_tails()
+            return
         for address in sorted(self._segments):
             block = self._segments[address]
             if block.state == "free" and block.is_whole_segment:

@@ -195,8 +195,12 @@ def check_bench(assignment: Assignment, course: Course, root: Path) -> list[Find
 
 def check_signatures(assignment: Assignment, course: Course, root: Path) -> list[Finding]:
     """The stub and the solution expose the same API; the independent implementation has all
-    of the stub's (type hints aside: it may be written without them)."""
+    of the stub's (type hints aside: it may be written without them), except the opt-in
+    parameters (trailing, with defaults) of an optional part its NOT_ATTEMPTED leaves out."""
+    from grader.instructor.judges import not_attempted
     from grader.instructor.signatures import compare_files, missing_from
+
+    optional_extras = bool(not_attempted(root, assignment.id))
 
     found = []
     for module in assignment.modules:
@@ -208,7 +212,7 @@ def check_signatures(assignment: Assignment, course: Course, root: Path) -> list
         if stub.is_file() and independent.is_file():
             found += [_error(f"{module}.py: {d}".replace("solution", "independent "
                                                           "implementation"))
-                      for d in missing_from(stub, independent)]
+                      for d in missing_from(stub, independent, optional_extras)]
     return found
 
 

@@ -6,7 +6,8 @@
 
 Every trace of a module runs on a fresh device and allocator in one rank launch, each in its
 own error scope; `test(points, *names)` passes when each named trace matches the reference
-model (`_judge.judge_trace`) and exercises CachingAllocator.
+model (`_judge.judge_trace`) and exercises CachingAllocator. `expandable=True` (STRETCH, README
+§12) runs every trace of the module with `CachingAllocator(device, expandable_segments=True)`.
 """
 
 from __future__ import annotations
@@ -26,12 +27,15 @@ Trace = tuple[int, list[tuple]]  # (device capacity, operations)
 class TraceTests:
     """The launch and the graded tests of a module whose tests judge named traces."""
 
-    def __init__(self, traces: Mapping[str, Trace], timeout: float = 120.0) -> None:
+    def __init__(self, traces: Mapping[str, Trace], timeout: float = 120.0,
+                 expandable: bool = False) -> None:
         self.traces = traces
+        self.expandable = expandable
 
         @pytest.fixture(scope="module", name="runs")
         def runs(launch: Callable[..., Any]) -> dict[str, Any]:
-            payload = [{"capacity": cap, "ops": ops} for cap, ops in traces.values()]
+            payload = [{"capacity": cap, "ops": ops, "expandable": expandable}
+                       for cap, ops in traces.values()]
             outcomes = launch(rank_run_traces, world_size=1, args=(payload,),
                               timeout=timeout).values[0]
             return dict(zip(traces, outcomes, strict=True))
@@ -39,7 +43,7 @@ class TraceTests:
         self.runs = runs
 
     def test(self, points: int, *names: str) -> Callable[[dict[str, Any]], None]:
-        traces = self.traces
+        traces, expandable = self.traces, self.expandable
 
         @pytest.mark.exercises("CachingAllocator")
         @pytest.mark.points(points)
@@ -47,6 +51,6 @@ class TraceTests:
             for name in names:
                 capacity, ops = traces[name]
                 trace = case_value(runs[name], f"CachingAllocator on the {name!r} trace")
-                judge_trace(capacity, ops, trace, name)
+                judge_trace(capacity, ops, trace, name, expandable=expandable)
 
         return test

@@ -100,11 +100,29 @@ def check_invariants(snap: list[tuple], where: str) -> None:
                                 f"{cursor - addr}: every byte of a segment is in one block")
 
 
-def diagnose_malloc(got: int | None, exp: dict, model_before: list[tuple], where: str) -> None:
+GROW_HINT = ("with expandable segments a miss grows the segment of its pool and stream: map "
+             "only the pages the request lacks after the segment's free tail (whole 2 MiB "
+             "pages), grow that free tail (or add the new pages as a last block) and hand out "
+             "its lower part")
+UNMAP_HINT = ("with expandable segments, empty_cache (and the out-of-memory retry) must unmap "
+              "the whole pages of free tails: each segment's free last block, from its address "
+              "rounded up to 2 MiB to the segment's end, segments in address order")
+
+
+def pending_at(snap: list[tuple]) -> set[int]:
+    """The addresses of the pending blocks of a snapshot (a difference there has its own,
+    sharper diagnosis in compare_snapshot)."""
+    return {b[0] for seg in snap for b in seg[4] if b[2] == "pending"}
+
+
+def diagnose_malloc(got: int | None, exp: dict, model_before: list[tuple], where: str,
+                    expandable: bool = False) -> None:
     """Raise with the likely cause when malloc returned another address than the model's."""
     info, want = exp["info"], exp["ret"]
     if got == want:
         return
+    if expandable and info.get("from") == "device":
+        raise TraceMismatch(f"{where} returned another block than the policy's: {GROW_HINT}")
     cached = {b[0]: (seg, b) for seg in model_before for b in seg[4]}
     prefix = f"{where} returned another block than the policy's"
     if got in info.get("pending", {}):
@@ -245,11 +263,15 @@ def error_hint(expected: str | None, got: str | None) -> str:
     return ""
 
 
-def judge_trace(capacity: int, ops: list[tuple], trace: list[dict], name: str) -> None:
-    """Raise TraceMismatch at the first record that breaks the contract."""
+def judge_trace(capacity: int, ops: list[tuple], trace: list[dict], name: str,
+                expandable: bool = False) -> None:
+    """Raise TraceMismatch at the first record that breaks the contract (with `expandable`,
+    of the expandable-segments policy, README §12)."""
     if trace and "init_error" in trace[0]:
-        raise TraceMismatch(f"{name}: CachingAllocator(device) raised {trace[0]['init_error']}")
-    model = Model(capacity)
+        made = ("CachingAllocator(device, expandable_segments=True)" if expandable
+                else "CachingAllocator(device)")
+        raise TraceMismatch(f"{name}: {made} raised {trace[0]['init_error']}")
+    model = Model(capacity, expandable)
     for i, op in enumerate(ops):
         where = f"{name}, op {i + 1} {describe(op)}"
         before = model.snapshot()
@@ -270,9 +292,22 @@ def judge_trace(capacity: int, ops: list[tuple], trace: list[dict], name: str) -
         if "snapshot_error" in got:
             raise TraceMismatch(f"{where}: stats() or snapshot() raised {got['snapshot_error']}")
         if op[0] == "malloc" and exp["error"] is None:
-            diagnose_malloc(got["ret"], exp, before, where)
+            diagnose_malloc(got["ret"], exp, before, where, expandable)
         snap = decode(got["snapshot"])
         check_invariants(snap, where)
+        if (expandable and pending_at(snap) != pending_at(exp["snapshot"])
+                and (op[0] == "empty" or "released" in exp["info"])):
+            raise TraceMismatch(f"{where}: blocks are still pending: empty_cache and the "
+                                f"out-of-memory retry synchronize first (pending blocks return "
+                                f"to the cache), then unmap")
+        if expandable and snap != exp["snapshot"] and pending_at(snap) == pending_at(
+                exp["snapshot"]):
+            if op[0] == "empty" or "released" in exp["info"]:
+                raise TraceMismatch(f"{where}: the segments differ from the policy's: "
+                                    f"{UNMAP_HINT}")
+            if op[0] == "malloc":
+                raise TraceMismatch(f"{where}: the segments differ from the policy's: "
+                                    f"{GROW_HINT}")
         compare_snapshot(snap, exp["snapshot"], op, exp, where)
         if None in got["stats"]:
             missing = [k for k, v in zip(STAT_KEYS, got["stats"], strict=True) if v is None]
@@ -280,9 +315,18 @@ def judge_trace(capacity: int, ops: list[tuple], trace: list[dict], name: str) -
         check_identities(got["stats"], snap, got["device"], where)
         for key, g, e in zip(STAT_KEYS, got["stats"], exp["stats"], strict=True):
             if g != e:
-                raise TraceMismatch(f"{where}: {key} is {g}, expected {e}: {stat_hint(key)}")
+                hint = stat_hint(key)
+                if expandable and key in ("reserved_bytes", "peak_reserved_bytes",
+                                          "num_device_mallocs", "num_device_frees"):
+                    hint = (f"{GROW_HINT}; {UNMAP_HINT} (num_device_mallocs counts device.map "
+                            f"calls, num_device_frees device.unmap calls)")
+                raise TraceMismatch(f"{where}: {key} is {g}, expected {e}: {hint}")
         for key, g, e in zip(DEVICE_KEYS, got["device"], exp["device"], strict=True):
             if g != e:
+                if expandable:
+                    raise TraceMismatch(
+                        f"{where}: the device's {key} is {g}, expected {e}: reserve once per "
+                        f"pool and stream; {GROW_HINT}; {UNMAP_HINT}")
                 raise TraceMismatch(f"{where}: the device's {key} is {g}, expected {e}: call "
                                     f"device.malloc once per cache miss and once more (the "
                                     f"retry) after emptying the cache when it raised")

@@ -10,6 +10,11 @@ linearly. An operation is a tuple of plain data (tags name the blocks `malloc` r
     ("free_addr", address) ("record_addr", address, stream)   (errors: not a block start)
 
 An op naming a tag whose malloc failed is skipped, here and in the rank alike.
+
+STRETCH (README §12): `Model(capacity, expandable=True)` follows the expandable-segments
+policy: one segment per (pool, stream) at an address range reserved on its first growth; a miss
+maps the pages the request lacks after the segment's free tail; `empty_cache` unmaps the whole
+pages of each segment's free last block.
 """
 
 from __future__ import annotations
@@ -20,10 +25,12 @@ from typing import Any
 MIB = 1 << 20
 BASE_ADDRESS = 1 << 40
 SEGMENT_ALIGNMENT = 2 * MIB
+PAGE = 2 * MIB
 STAT_KEYS = ("allocated_bytes", "reserved_bytes", "peak_allocated_bytes", "peak_reserved_bytes",
              "inactive_split_bytes", "num_device_mallocs", "num_device_frees",
              "num_alloc_retries", "num_ooms")
-DEVICE_KEYS = ("num_malloc_calls", "num_malloc_failures", "num_free_calls", "used_bytes")
+DEVICE_KEYS = ("num_malloc_calls", "num_malloc_failures", "num_free_calls", "used_bytes",
+               "num_reserve_calls", "num_map_calls", "num_map_failures", "num_unmap_calls")
 STATES = ("allocated", "pending", "free")
 
 
@@ -67,8 +74,10 @@ class Model:
     """The allocator and its device, stepping through operations; `step` returns the record the
     implementation must produce (see `_ranks.py`) plus `info`, what a diagnosis needs."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, expandable: bool = False) -> None:
         self.capacity = capacity
+        self.expandable = expandable
+        self.reservations: dict[tuple[bool, int], int] = {}
         self.segs: list[Seg] = []
         self.pending: list[tuple[Seg, Blk]] = []
         self.queued: dict[int, int] = {}
@@ -128,6 +137,8 @@ class Model:
             self.completed[stream] = self.queued[stream]
         self.process_events()
         released = []
+        if self.expandable:
+            return self.unmap_free_tails()
         for seg in sorted(self.segs, key=lambda s: s.addr):
             if len(seg.blocks) == 1 and seg.blocks[0].state == "free":
                 self.segs.remove(seg)
@@ -135,6 +146,50 @@ class Model:
                 self.device["num_free_calls"] += 1
                 self.stats["num_device_frees"] += 1
         return released
+
+    def unmap_free_tails(self) -> list[int]:
+        released = []
+        for seg in sorted(self.segs, key=lambda s: s.addr):
+            tail = seg.blocks[-1]
+            cut, end = round_up(tail.addr, PAGE), tail.addr + tail.size
+            if tail.state != "free" or cut >= end:
+                continue
+            released.append(cut)
+            self.device["num_unmap_calls"] += 1
+            self.stats["num_device_frees"] += 1
+            seg.size -= end - cut
+            tail.size = cut - tail.addr
+            if not tail.size:
+                seg.blocks.pop()
+            if not seg.blocks:
+                self.segs.remove(seg)
+        return released
+
+    def grow(self, rounded: int, small: bool, stream: int) -> tuple[Seg, Blk]:
+        key = (small, stream)
+        if key not in self.reservations:
+            self.device["num_reserve_calls"] += 1
+            self.reservations[key] = self.next_addr
+            self.next_addr += max(PAGE, round_up(self.capacity, PAGE))
+        base = self.reservations[key]
+        seg = next((g for g in self.segs if g.addr == base), None)
+        tail = seg.blocks[-1] if seg is not None else None
+        have = tail.size if tail is not None and tail.state == "free" else 0
+        more = round_up(rounded - have, PAGE)
+        self.device["num_map_calls"] += 1
+        if sum(g.size for g in self.segs) + more > self.capacity:
+            self.device["num_map_failures"] += 1
+            raise OOM
+        if seg is None:
+            seg = Seg(base, 0, stream, small, [])
+            self.segs.append(seg)
+        seg.size += more
+        if tail is not None and have:
+            tail.size += more
+            return seg, tail
+        blk = Blk(base + seg.size - more, more)
+        seg.blocks.append(blk)
+        return seg, blk
 
     def device_malloc(self, size: int) -> int:
         self.device["num_malloc_calls"] += 1
@@ -168,6 +223,20 @@ class Model:
             _, addr = min(info["fits"])
             seg, blk = self.locate(addr)  # type: ignore[misc]
             info["from"] = "cache"
+        elif self.expandable:
+            info["from"] = "device"
+            try:
+                seg, blk = self.grow(rounded, small, stream)
+            except OOM:
+                self.stats["num_alloc_retries"] += 1
+                info["released"] = self.empty_cache()
+                try:
+                    seg, blk = self.grow(rounded, small, stream)
+                except OOM:
+                    self.stats["num_ooms"] += 1
+                    self.recount()
+                    raise
+            self.stats["num_device_mallocs"] += 1
         else:
             info["from"] = "device"
             want = segment_size_for(rounded)

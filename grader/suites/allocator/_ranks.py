@@ -1,7 +1,8 @@
 """Rank side of the allocator suite: run operation traces on the allocator under test.
 
 `rank_run_traces(ctx, jobs)` takes `[{"capacity": int, "ops": [op, ...]}, ...]` (ops as in
-`_model.py`) and returns, per job in its own error scope, one record per operation:
+`_model.py`; `"expandable": True` makes the allocator with `expandable_segments=True`,
+STRETCH) and returns, per job in its own error scope, one record per operation:
 
     error     None, "OutOfMemoryError", "ValueError", or "<Type>: <message>"
     ret       what malloc returned (None otherwise)
@@ -71,10 +72,13 @@ def call(alloc, device, ptrs: dict, op: tuple):
     raise ValueError(f"unknown op {op!r}")
 
 
-def run_trace(mod, device_mod, capacity: int, ops: list) -> list[dict]:
+def run_trace(mod, device_mod, capacity: int, ops: list, expandable: bool = False) -> list[dict]:
     device = device_mod.FakeDevice(capacity)
     try:
-        alloc = mod.CachingAllocator(device)
+        # STRETCH: the opt-in is passed only when a trace is of expandable segments, so the
+        # default traces construct the allocator exactly as before.
+        alloc = (mod.CachingAllocator(device, expandable_segments=True) if expandable
+                 else mod.CachingAllocator(device))
     except NotImplementedError:
         raise
     except Exception as exc:  # noqa: BLE001 - judged in the parent
@@ -99,7 +103,8 @@ def run_trace(mod, device_mod, capacity: int, ops: list) -> list[dict]:
                               "reserved_bytes": getattr(exc, "reserved_bytes", None),
                               "message": str(exc)[:500]}
         rec["device"] = [device.num_malloc_calls, device.num_malloc_failures,
-                         device.num_free_calls, device.used_bytes]
+                         device.num_free_calls, device.used_bytes, device.num_reserve_calls,
+                         device.num_map_calls, device.num_map_failures, device.num_unmap_calls]
         try:
             stats = alloc.stats()
             rec["stats"] = [stats.get(key) if isinstance(stats.get(key), int) else None
@@ -122,7 +127,8 @@ def rank_run_traces(ctx, jobs: list[dict]) -> list[dict]:
     mod = ctx.impl_module("allocator", "caching_allocator")
     from assignments.allocator import device as device_mod
 
-    return [capture(lambda job=job: run_trace(mod, device_mod, job["capacity"], job["ops"]))
+    return [capture(lambda job=job: run_trace(mod, device_mod, job["capacity"], job["ops"],
+                                              bool(job.get("expandable", False))))
             for job in jobs]
 
 

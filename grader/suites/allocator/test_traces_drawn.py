@@ -32,8 +32,8 @@ TRACES = TraceTests({f"{name}_{k}": (capacity, ops)
 runs = TRACES.runs
 
 test_drawn_traces_one_stream = TRACES.test(
-    5, *(f"one_stream_{k}" for k in range(EXAMPLES)))
+    4, *(f"one_stream_{k}" for k in range(EXAMPLES)))
 test_drawn_traces_three_streams = TRACES.test(
     6, *(f"three_streams_{k}" for k in range(EXAMPLES)))
 test_drawn_traces_tight_device = TRACES.test(
-    5, *(f"tight_device_{k}" for k in range(EXAMPLES)))
+    4, *(f"tight_device_{k}" for k in range(EXAMPLES)))

@@ -32,8 +32,8 @@ TRACES = TraceTests({
 runs = TRACES.runs
 
 test_training_steps_single_stream = TRACES.test(
-    6, *(f"plain_hidden={512 * (1 + k)}" for k in range(3)))
+    4, *(f"plain_hidden={512 * (1 + k)}" for k in range(3)))
 test_training_steps_with_communication_stream = TRACES.test(
-    6, *(f"comm_layers={3 + k}" for k in range(3)))
+    4, *(f"comm_layers={3 + k}" for k in range(3)))
 test_training_steps_on_a_device_too_small_for_the_cache = TRACES.test(
-    6, *(f"tight_capacity_{k}" for k in range(3)))
+    4, *(f"tight_capacity_{k}" for k in range(3)))
