@@ -18,7 +18,7 @@ from torch import nn
 from grader.compare import assert_close
 from grader.seeds import seeded_generator, shifted
 from harness.cases import case_values, run_cases
-from harness.sidecar import as_log
+from harness.commlog import as_log
 
 WORLD = 2
 DTYPE = torch.float64

@@ -15,7 +15,7 @@ from torch import nn
 
 from grader.compare import assert_close, tolerance
 from grader.seeds import seeded_generator, shifted
-from harness.sidecar import as_log
+from harness.commlog import as_log
 
 # Every test calls the module's one public name.
 pytestmark = pytest.mark.exercises("Zero2Optimizer")
