@@ -68,3 +68,13 @@ def test_a_launch_argument_named_as_an_answer_is_refused():
             assert "ranks get inputs, never verdicts" in str(exc)
         else:
             raise AssertionError(f"not refused: {args} {kwargs} {rank_args}")
+
+
+def test_an_echo_is_recognised_inside_a_multi_implementation_session():
+    from grader.instructor.leak_echoes import is_echo
+
+    echoes = (("demo/test_x.py::test_y[world_size=2-a]", "['x']", "x comes back"),)
+    assert is_echo("suites/demo/test_x.py::test_y[impl=mutant:demo/m-world_size=2-a]", "['x']",
+                   echoes)
+    assert is_echo("suites/demo/test_x.py::test_y[world_size=2-a]", "['x']", echoes)
+    assert not is_echo("suites/demo/test_x.py::test_y[impl=dir2-world_size=4-a]", "['x']", echoes)
