@@ -92,7 +92,9 @@ def test_a_deadlock_ends_at_the_limit_with_every_rank_stack():
     with pytest.raises(RankTimeout) as info:
         launch(rankfns.deadlock, world_size=2, timeout=4)
     took = time.monotonic() - start
-    assert took < 4 + 6, f"took {took:.1f} s"
+    # Not a speed assertion (load may stretch the stack collection and the teardown): only a
+    # guard that the limit, not something far later, ended the launch.
+    assert took < 4 + 120, f"took {took:.1f} s"
     err = info.value
     assert set(err.stacks) == {0, 1}
     summary = str(err).splitlines()
