@@ -7,7 +7,7 @@ controller collects and writes them.
 
 This module registers the options and markers, resolves `--impl` and parametrizes over it, and
 classifies and checks what was collected. It loads the rest: `grader/plugin_results.py` (from
-reports to the results file, progress lines), `grader/plugin_launch.py` (the `impl` and
+reports to the results file), `grader/plugin_launch.py` (the `impl` and
 `launch` fixtures) and `grader/screen_plugin.py` (the static screen as a test).
 
 One session can grade several implementations (`--impl A --impl B ...`): the pytest process
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from grader import session_setup
+from grader import plugin_events, session_setup
 from grader.plugin_state import NOT_RUN, STATE, SessionState
 from grader.results import NOT_GRADED_HERE
 from harness.impl import IMPL_HELP, REPO_ROOT, ImplSpec
@@ -59,6 +59,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="write per-test outcomes, points and reasons as JSON to PATH")
     group.addoption("--mlsys-progress", action="store_true",
                     help="print one line per finished test with its points")
+    group.addoption("--mlsys-events", default=None, metavar="fd:N|PATH",
+                    help="write the session's events as JSON lines to descriptor N or PATH "
+                         "(grader/plugin_events.py)")
     group.addoption("--sandbox", choices=("off", "on", "strict"), default="off",
                     help="run ranks sandboxed (harness/sandbox.py); strict: fail unless the "
                          "full sandbox could be set up")
@@ -106,6 +109,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[STATE] = SessionState(impls=impls, results_path=config.getoption("mlsys_results"),
                                  progress=config.getoption("mlsys_progress"), hidden_roots=roots,
                                  stop_first=stop_first, sandbox=sandbox_status)
+    target = config.getoption("mlsys_events")
+    if target and not hasattr(config, "workerinput"):  # the controller writes the events
+        config.stash[STATE].events = plugin_events.open_channel(target)
 
 
 def impl_label(spec: ImplSpec, index: int) -> str:

@@ -47,5 +47,6 @@ def launch(impl: ImplSpec):
             return _launch(*args, impl=impl, **kwargs)
         finally:
             LAUNCH_CLOCK["spent"] = LAUNCH_CLOCK.get("spent", 0.0) + time.perf_counter() - start
+            LAUNCH_CLOCK["launches"] = LAUNCH_CLOCK.get("launches", 0.0) + 1
 
     return timed_launch

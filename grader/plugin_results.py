@@ -3,8 +3,8 @@
 On every process (an xdist worker or a session of its own), one wrapper hook puts onto each
 report what the controller cannot see: the failure's short reason (`grader.reasons`), the worst
 tolerance margin and the time spent in launches. On the controller, the reports become one
-`TestOutcome` per test and implementation (a progress line each with `--mlsys-progress`), and
-at the end one `RunResult` per implementation is written to `--mlsys-results`.
+`TestOutcome` per test and implementation (a `test_end` event each, grader/plugin_events.py),
+and at the end one `RunResult` per implementation is written to `--mlsys-results`.
 
 Loaded by `grader/plugin.py` (`pytest_plugins`).
 """
@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from grader import reasons
+from grader.plugin_events import close, controller_state, emit, label_of
 from grader.plugin_state import (
     INFERRED,
     NOT_RUN,
@@ -55,7 +56,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
         report.user_properties = [*report.user_properties, ("margin", worst.ratio),
                                   ("margin_at", clip_reason(worst.what))]
     for clock, seconds in take_launch_times().items():
-        prop = "launch_s" if clock == "spent" else clock
+        prop = "launch_s" if clock == "spent" else clock  # `launches`: a count
         report.user_properties = [*report.user_properties, (prop, seconds)]
     if report.failed:
         reason, kind = short_reason(call.excinfo, item.config.stash[STATE].hidden_roots,
@@ -82,6 +83,16 @@ _session_state: dict[str, SessionState] = {}
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionstart(session: pytest.Session) -> None:
     _session_state["state"] = session.config.stash[STATE]
+    state = controller_state(session.config)
+    if state is not None:
+        emit(state, "session_start", impls=list(state.impls))
+
+
+def pytest_runtest_logstart(nodeid: str, location: tuple[str, int | None, str]) -> None:
+    state = _session_state.get("state")
+    if state is not None and state.events is not None:
+        label, index = label_of(state, nodeid)
+        emit(state, "test_start", nodeid=nodeid, impl=label, index=index)
 
 
 def pytest_collectreport(report: pytest.CollectReport) -> None:
@@ -95,7 +106,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     props: dict[str, Any] = dict(report.user_properties)
     state = _session_state.get("state")
     if state is not None:
-        for key in ("launch_s", "forkserver_s"):
+        for key in ("launch_s", "launches", "forkserver_s"):
             if isinstance(props.get(key), float):
                 state.timing[key] = state.timing.get(key, 0.0) + props[key]
     if "points" not in props or state is None:
@@ -129,10 +140,11 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         outcome.outcome = "skipped"
         outcome.reason = str(props.get("reason", "")) or _skip_text(report)
         outcome.not_graded_here = NOT_GRADED_HERE in outcome.reason
+    outcome.launches += int(props.get("launches", 0) or 0)
+    outcome.launch_s += float(props.get("launch_s", 0.0) or 0.0)
     if report.when == "teardown":
         state.finished += 1
-        if state.progress:
-            _print_progress(state, outcome, label)
+        _emit_end(state, outcome, label, report.nodeid)
 
 
 def _skip_text(report: pytest.TestReport) -> str:
@@ -142,23 +154,31 @@ def _skip_text(report: pytest.TestReport) -> str:
     return ""
 
 
-def _print_progress(state: SessionState, outcome: TestOutcome, label: str) -> None:
-    done = state.finished
-    score = outcome.points if outcome.outcome == "passed" else 0
-    status = {"passed": "ok", "skipped": "skip"}.get(outcome.outcome, "FAIL")
-    who = f"{label} " if state.multi else ""
-    line = (f"[{done:>4}] {who}{outcome.assignment or '-':<18} {outcome.name[:52]:<52} "
-            f"{score:>3}/{outcome.points:<3} {status}")
-    if outcome.outcome != "passed" and outcome.reason:
-        line += f"  {outcome.reason[:80]}"
-    print(line, flush=True)
+def _emit_end(state: SessionState, outcome: TestOutcome, label: str, nodeid: str) -> None:
+    """The test's `test_end` event (and with `--mlsys-progress` its line)."""
+    if state.events is None and not state.progress:
+        return
+    index = list(state.impls).index(label) if label in state.impls else -1
+    emit(state, "test_end", nodeid=nodeid, impl=label, index=index,
+         assignment=outcome.assignment, name=outcome.name, points=outcome.points,
+         score=outcome.points if outcome.outcome == "passed" else 0, outcome=outcome.outcome,
+         reason=outcome.reason, done=state.finished, launches=outcome.launches,
+         launch_s=round(outcome.launch_s, 3))
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     state = config.stash[STATE]
-    if _is_worker(config) or not state.results_path:
+    if _is_worker(config):
         return
+    if state.results_path:
+        _write_results(state, int(exitstatus), Path(state.results_path))
+    emit(state, "session_end", exitstatus=int(exitstatus),
+         launches=int(state.timing.get("launches", 0)))
+    close(state)
+
+
+def _write_results(state: SessionState, exitstatus: int, path: Path) -> None:
     sandbox = tuple((str(k), str(v)) for k, v in state.sandbox.items()
                     if isinstance(v, (str, int, float, bool)))
     timing = {**state.timing, "session": time.perf_counter() - PLUGIN_LOADED}
@@ -172,9 +192,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                               int(exitstatus), sandbox, tuple(state.not_run.get(label, [])),
                               tuple(timing.items())))
     if state.multi:
-        RunResult.save_all(runs, Path(state.results_path))
+        RunResult.save_all(runs, path)
     else:
-        runs[0].save(Path(state.results_path))
+        runs[0].save(path)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 
@@ -33,6 +33,8 @@ class TestOutcome:
     exercises: tuple[str, ...] = ()  # the public names it calls (@pytest.mark.exercises)
     inferred: bool = False  # not run: the reference's outcome (grader/plugin_coverage.py)
     order: int = 0  # its place in the collection (the suite's order)
+    launches: int = 0  # harness launches it made (the `launch` fixture), setup and teardown too
+    launch_s: float = 0.0
 
     def result(self) -> TestResult:
         return TestResult(
@@ -60,6 +62,7 @@ class SessionState:
     collection_errors: list[str] = field(default_factory=list)
     timing: dict[str, float] = field(default_factory=dict)
     finished: int = 0  # tests whose teardown was reported (under xdist, others still run)
+    events: IO[str] | None = None  # the event channel (grader/plugin_events.py), controller only
 
     @property
     def impl(self) -> ImplSpec:
@@ -79,7 +82,7 @@ LAUNCH_CLOCK: dict[str, float] = {}  # seconds in launches since the last report
 
 
 def take_launch_times() -> dict[str, float]:
-    """The launch clocks since the last call, emptied: `spent` (seconds in launches) and
-    `forkserver_s` (starting the forkserver), each only when it ran."""
-    return {clock: LAUNCH_CLOCK.pop(clock) for clock in ("spent", "forkserver_s")
+    """The launch clocks since the last call, emptied: `spent` (seconds in launches),
+    `launches` (how many) and `forkserver_s` (starting the forkserver), each only when it ran."""
+    return {clock: LAUNCH_CLOCK.pop(clock) for clock in ("spent", "launches", "forkserver_s")
             if clock in LAUNCH_CLOCK}

@@ -175,9 +175,11 @@ def _run_sessions(course: Course, ids: list[str], root: Path, suites: Path | Non
     echo(f"selfcheck: {len(assignments)} assignment(s), {len(todo)} implementation run(s) in "
          f"{len(sessions)} pytest session(s), {jobs} at a time")
     done = 0
+    work: dict[str, list[int]] = {a.id: [0, 0, 0] for a in assignments}  # sessions, launches, tests
 
     def record(batch: Batch, views: list[tuple[Job, Session]]) -> None:
         nonlocal done
+        count_work(work, views)
         for job, session in views:
             done += 1
             line = _record(job, session, verdicts[job.assignment], course, runs[job.assignment],
@@ -203,6 +205,8 @@ def _run_sessions(course: Course, ids: list[str], root: Path, suites: Path | Non
          f"{MAX_MARGIN}):")
     for aid, found in runs.items():
         echo(f"  {aid}: {found.margins.summary()}")
+    echo("\nWork (pytest sessions, harness launches, tests run; counts, not seconds): " + "; ".join(
+        f"{aid} {s} / {n} / {t}" for aid, (s, n, t) in work.items()))
     unstated = {aid: checks["feedback"].notes for aid, checks in verdicts.items()
                 if checks["feedback"].notes}
     if unstated:
@@ -229,6 +233,23 @@ def _run_sessions(course: Course, ids: list[str], root: Path, suites: Path | Non
         return 1
     echo(f"\nselfcheck passed in {elapsed:.0f} s")
     return 0
+
+
+def count_work(work: dict[str, list[int]], views: list[tuple[Job, Session]]) -> None:
+    """Add one finished session to `work` (assignment -> [sessions, launches, tests run]): its
+    launches (the plugin's count, per session) go to the assignment of its first job; the tests
+    each implementation ran (not inferred, not skipped as not run) to their own."""
+    if not views:
+        return
+    first = views[0][1].result
+    launches = int(dict(first.timing).get("launches", 0)) if first is not None else 0
+    owner = work.setdefault(views[0][0].assignment, [0, 0, 0])
+    owner[0] += 1
+    owner[1] += launches
+    for job, session in views:
+        if session.result is not None:
+            work.setdefault(job.assignment, [0, 0, 0])[2] += sum(
+                not t.inferred and t.outcome != "skipped" for t in session.result.tests)
 
 
 def _beside(fn: Callable[..., object], *args: object) -> Callable[[], None]:

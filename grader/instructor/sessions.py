@@ -13,17 +13,16 @@ from __future__ import annotations
 import json
 import tempfile
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
-from grader.instructor.partial import (
-    Variants,
-)
+from grader.instructor.partial import Variants
+from grader.instructor.pool import run_pool
 from grader.instructor.variant_changes import mutant_changes, stub_changes
 from grader.manifest import Course
 from grader.results import RunResult
-from grader.runner import Session, run_session, stop_all_sessions, suite_paths
+from grader.runner import Session, run_session, suite_paths
 from harness.impl import ImplSpec, resolve_impl
 
 # The solution's extra runs for the margin check: (seed shift, torch threads per rank). With the
@@ -203,58 +202,42 @@ def run_all(sessions: list[Batch], on_batch: Callable[[Batch, list[tuple[Job, Se
             deferred.setdefault(job.assignment, []).append(job)
     ready: dict[tuple[int, int], list[Job]] = {}  # variation -> margin jobs that may start
     cost: dict[str, float] = {}  # assignment -> its solution run's seconds
-    running: dict[Future, Batch] = {}
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        def next_batches() -> list[Batch]:
-            if queue:
-                return [queue.pop(0)]
-            if not ready:
-                return []
-            variation = max(ready, key=lambda v: len(ready[v]))
-            waiting = ready[variation]
-            solo = [job for job in waiting if job.assignment in SOLO_MARGINS or not merge_margins]
-            if solo:
-                waiting.remove(solo[0])
-                found = [Batch((solo[0],))]
-            else:
-                free = max(1, jobs) - len(running)
-                found = [Batch(group) for group in balanced(waiting, free, cost)]
-                waiting.clear()
-            if not waiting:
-                del ready[variation]
-            return found
 
-        def fill() -> None:
-            while len(running) < max(1, jobs):
-                found = next_batches()
-                if not found:
-                    return
-                for batch in found:
-                    running[pool.submit(run_batch, batch, timeout=timeout, root=root,
-                                        suites=suites)] = batch
+    def next_batches(free: int) -> list[Batch]:
+        if queue:
+            return [queue.pop(0)]
+        if not ready:
+            return []
+        variation = max(ready, key=lambda v: len(ready[v]))
+        waiting = ready[variation]
+        solo = [job for job in waiting if job.assignment in SOLO_MARGINS or not merge_margins]
+        if solo:
+            waiting.remove(solo[0])
+            found = [Batch((solo[0],))]
+        else:
+            found = [Batch(group) for group in balanced(waiting, free, cost)]
+            waiting.clear()
+        if not waiting:
+            del ready[variation]
+        return found
 
-        try:
-            fill()
-            while running:
-                finished, _ = wait(running, return_when=FIRST_COMPLETED)
-                for future in finished:
-                    batch = running.pop(future)
-                    views = future.result()
-                    on_batch(batch, views)
-                    for job, session in views:
-                        if job.kind != "solution":
-                            continue
-                        cost[job.assignment] = session.wall_s
-                        for margin in deferred.pop(job.assignment, []):
-                            narrowed = narrow_job(margin, session.result,
-                                                  floor=margin_floor(margin.variation))
-                            if narrowed is not None:
-                                ready.setdefault(margin.variation, []).append(narrowed)
-                fill()
-        except BaseException:  # Ctrl-C or SIGTERM: end the running sessions, start no more
-            pool.shutdown(wait=False, cancel_futures=True)
-            stop_all_sessions()
-            raise
+    def take(free: int) -> list[tuple[Batch, Callable[[], list[tuple[Job, Session]]]]]:
+        return [(batch, partial(run_batch, batch, timeout=timeout, root=root, suites=suites))
+                for batch in next_batches(free)]
+
+    def done(batch: Batch, views: list[tuple[Job, Session]]) -> None:
+        on_batch(batch, views)
+        for job, session in views:
+            if job.kind != "solution":
+                continue
+            cost[job.assignment] = session.wall_s
+            for margin in deferred.pop(job.assignment, []):
+                narrowed = narrow_job(margin, session.result,
+                                      floor=margin_floor(margin.variation))
+                if narrowed is not None:
+                    ready.setdefault(margin.variation, []).append(narrowed)
+
+    run_pool(jobs, take, done)
 
 
 def balanced(todo: list[Job], parts: int, cost: dict[str, float]) -> list[tuple[Job, ...]]:

@@ -25,17 +25,20 @@ from grader.tests._fakes import make_course, run_json
 from harness.impl import ImplSpec
 
 
-def line(index: int | None, status: str = "ok", name: str = "test_add") -> str:
-    """A progress line as grader/plugin.py prints it in a session of several implementations."""
-    who = f"dir{index} " if index is not None else " "
-    score = "0/2" if status == "FAIL" else "2/2"
-    tail = "  add(2, 3) should be 5" if status == "FAIL" else ""
-    return f"[   1] {who}{'toy':<18} {name:<52} {score:>3}   {status}{tail}"
+def line(index: int | None, status: str = "ok", name: str = "test_add") -> dict:
+    """A `test_end` event as grader/plugin_events.py writes it in a session of several
+    implementations."""
+    failed = status == "FAIL"
+    return {"event": "test_end", "nodeid": f"suites/toy/test_x.py::{name}",
+            "impl": f"dir{index}" if index is not None else "",
+            "index": index if index is not None else -1, "assignment": "toy", "name": name,
+            "points": 2, "score": 0 if failed else 2, "outcome": "failed" if failed else "passed",
+            "reason": "add(2, 3) should be 5" if failed else "", "done": 1}
 
 
 def test_the_clock_follows_the_implementation_running():
     clock = Clock(3, started=0.0)
-    clock.feed("some other output", 1.0)
+    clock.feed({"event": "test_start", "nodeid": "x", "impl": "dir0", "index": 0}, 1.0)
     assert (clock.current, clock.since) == (0, 0.0) and clock.silent
     clock.feed(line(0), 5.0)
     assert clock.suspect() == (0, True)  # dir0 reported a pass: dir1 may be the one running

@@ -64,7 +64,9 @@ def run_pytest(tmp_path: Path, body: str, *extra: str) -> tuple[subprocess.Compl
 
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
 def test_results_carry_points_outcomes_and_short_reasons(tmp_path, workers):
-    proc, data = run_pytest(tmp_path, SUITE, *workers)
+    events_path = tmp_path / "events.jsonl"
+    proc, data = run_pytest(tmp_path, SUITE, *workers, "--mlsys-progress",
+                            "--mlsys-events", str(events_path))
     tests = {t["name"]: t for t in data["tests"]}
     assert set(tests) == {"test_passes", "test_fails_with_message", "test_stub",
                           "test_uses_failing_fixture", "test_needs_gpu"}, proc.stdout
@@ -81,6 +83,16 @@ def test_results_carry_points_outcomes_and_short_reasons(tmp_path, workers):
 
     if not torch.cuda.is_available():
         assert gpu["outcome"] == "skipped" and gpu["not_graded_here"]
+    # The progress lines count finished tests (under xdist too), and the events carry each
+    # test's launches; the session's total is in the results' timing.
+    counters = sorted(int(n) for n in re.findall(r"\[\s*(\d+)\] demo", proc.stdout))
+    assert counters == [1, 2, 3, 4, 5], proc.stdout
+    events = [json.loads(line) for line in events_path.read_text().splitlines()]
+    assert [e["event"] for e in events][::len(events) - 1] == ["session_start", "session_end"]
+    ends = {e["name"]: e for e in events if e["event"] == "test_end"}
+    assert set(ends) == set(tests) and ends["test_passes"]["launches"] == 1
+    assert ends["test_passes"]["score"] == 2 and ends["test_stub"]["score"] == 0
+    assert data["timing"]["launches"] == 3 == events[-1]["launches"]  # passes, stub, shared
 
 
 def test_a_grading_test_without_points_is_a_collection_error(tmp_path):
@@ -98,14 +110,6 @@ def test_points_must_be_a_non_negative_int(tmp_path):
 def test_a_bad_impl_is_a_usage_error(tmp_path):
     proc, _ = run_pytest(tmp_path, SUITE, "--impl", "mutant:nope/none")
     assert proc.returncode == 4 and "no mutant file" in proc.stderr
-
-
-def test_progress_counts_finished_tests_under_xdist(tmp_path):
-    body = "import pytest\n" + "".join(
-        f"@pytest.mark.points(1)\ndef test_{i}():\n    pass\n" for i in range(6))
-    proc, _ = run_pytest(tmp_path, body, "-n", "2", "--mlsys-progress")
-    counters = sorted(int(n) for n in re.findall(r"\[\s*(\d+)\] demo", proc.stdout))
-    assert counters == [1, 2, 3, 4, 5, 6], proc.stdout
 
 
 ORDERED_SUITE = '''

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 import grader.instructor.sessions as sessions_module
@@ -23,6 +25,7 @@ from grader.tests._fakes import (
     SOLUTION,
     entry,
     make_course,
+    run_json,
     session,
     solution_tests,
     stub_tests,
@@ -264,6 +267,27 @@ def test_selfcheck_end_to_end_on_a_toy_course(tmp_path):
     assert "  toy: worst 0.00 in test_toy.py::test_add_close: add(0.5, 0.25)" in output
     assert output.count("\n  - ") == 1 and "has no mutant" in output
     assert "selfcheck FAILED: 1 breach(es)" in output
+    assert re.search(r"Work \(pytest sessions, harness launches, tests run.*: toy \d+ / 0 / \d+",
+                     output), output
+
+
+def test_work_counts_sessions_launches_and_the_tests_each_implementation_ran():
+    from grader.instructor.selfcheck import Job, count_work
+    from harness.impl import resolve_impl
+
+    def run(impl: str, launches: int, tests: list[dict]) -> Session:
+        data = run_json(tests, impl)
+        data["timing"] = {"launches": float(launches), "session": 1.0}
+        return Session(1, False, 1.0, "", RunResult.from_json(data))
+
+    solution = Job("toy", "solution", resolve_impl("solutions"), ())
+    mutant = Job("toy", "mutant", resolve_impl("assignments"), ())
+    work: dict[str, list[int]] = {}
+    inferred = dict(entry("test_b"), inferred=True)
+    count_work(work, [(solution, run("solutions", 5, solution_tests())),
+                      (mutant, run("assignments", 5, [entry("test_a"), inferred]))])
+    # one session, its launches once; 3 graded + 1 skipped here, and the mutant's one not inferred
+    assert work == {"toy": [1, 5, 3 + 1]}
 
 
 def test_a_mutant_whose_first_failure_does_not_say_its_feedback_is_a_breach(tmp_path, monkeypatch):

@@ -10,11 +10,12 @@ its own gives (grader/tests/test_engine.py), for a fraction of the start-up.
 One mutant must not change another's verdict. A crash in a rank or a hang inside a launch is
 already that launch's failed test (the harness's limits). What is left is a mutant that makes
 the session itself run on — slow tests that each stay inside their launch's limit — or a
-session that dies. The engine follows the session's progress lines (`--mlsys-progress`, one per
-finished test, tagged `dir<index>` by the plugin): tests run one implementation after another in
-`--impl` order, so the implementation on the clock is the first one not yet seen failing or
-followed by another's test. When it has run past `timeout` the session is interrupted (SIGINT:
-pytest still writes the results of what finished), the implementations before it are judged
+session that dies. The engine follows the session's `test_end` events (grader/plugin_events.py:
+one per finished test, with the index of its implementation): tests run one implementation after
+another in `--impl` order, so the implementation on the clock is the first one not yet seen
+failing or followed by another's test. When it has run past `timeout` the session is interrupted
+(`run_session(interrupt=...)`, SIGINT: pytest still writes the results of what finished), the
+implementations before it are judged
 from those results, it is `timed_out`, and the rest go to a new session. When the one on the
 clock has already reported passing tests, the overrun may belong to the next one, which has not
 reported yet; that one is graded alone first, so blame never lands on the wrong mutant.
@@ -24,38 +25,33 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import re
-import signal
-import subprocess
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 from grader.instructor.mutate.runner import Verdict, judge_session
+from grader.instructor.pool import run_each
 from grader.results import RunResult
 from grader.runner import (
+    INTERRUPT_GRACE_S,
     Session,
-    isolated_env,
-    kill_group,
-    pytest_command,
+    interruptible,
     run_session,
     stop_all_sessions,
 )
 from harness.impl import ImplSpec, resolve_impl
 
-# `[  12] dir3 ring_allreduce     test_name...   0/2   FAIL  reason` (grader/plugin.py)
-_LINE = re.compile(r"^\[\s*\d+\] (?:dir(?P<index>\d+))? ")
-_STATUS = re.compile(r" \d+/\d+ +(?P<status>ok|skip|FAIL)(?:  |$)")
-INTERRUPT_GRACE_S = 30.0  # after SIGINT, how long pytest may take to write its results
+__all__ = ["INTERRUPT_GRACE_S", "BatchEngine", "BatchRun", "Clock", "deal", "interruptible",
+           "settle"]
 
 
 class Clock:
-    """Which implementation of a session is running, and since when (from progress lines)."""
+    """Which implementation of a session is running, and since when (from `test_end` events)."""
 
     def __init__(self, count: int, started: float) -> None:
         self.count = count
@@ -66,19 +62,18 @@ class Clock:
         self.last_line = started
         self._lock = threading.Lock()
 
-    def feed(self, line: str, now: float) -> None:
-        match = _LINE.match(line)
-        if match is None or match["index"] is None:
+    def feed(self, event: dict[str, Any], now: float) -> None:
+        """Follow one event of the session (only `test_end` of a labelled test counts)."""
+        index = event.get("index")
+        if event.get("event") != "test_end" or not isinstance(index, int) or index < 0:
             return
-        index = int(match["index"])
-        status = _STATUS.search(line, match.end())
         with self._lock:
             if index >= self.count:
                 return
             if index > self.current:  # the ones before it are done; it began after their last
                 self.current, self.since = index, self.last_line
             self.reported[index] += 1
-            if status is not None and status["status"] == "FAIL":
+            if event.get("outcome") in ("failed", "error"):
                 self.failed[index] = True
                 if index == self.current:  # stopped at its first failure: the next one starts
                     self.current, self.since = index + 1, now
@@ -134,37 +129,29 @@ class BatchEngine:
     # mutant's test that ran none of them under the solution is not run.
     reference: Path | None = None
     changes: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    _live: set[subprocess.Popen] = field(default_factory=set, repr=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _stopping: threading.Event = field(default_factory=threading.Event, repr=False)
 
     def run(self, impls: Sequence[tuple[str, Path]], timeout: float,
             on_verdict: Callable[[str, Verdict], None]) -> None:
-        lock = threading.Lock()
+        chunks = deal(list(impls), self.batch_size, self.jobs)
+        lock = threading.Lock()  # verdicts are delivered from the sessions' threads
 
         def deliver(key: str, verdict: Verdict) -> None:
             with lock:
                 on_verdict(key, verdict)
 
-        chunks = deal(list(impls), self.batch_size, self.jobs)
-        with ThreadPoolExecutor(max_workers=max(1, self.jobs)) as pool:
-            futures = [pool.submit(self.grade, chunk, timeout, deliver) for chunk in chunks]
-            try:
-                for future in as_completed(futures):
-                    future.result()
-            except BaseException:  # Ctrl-C or SIGTERM: end the running sessions, start no more
-                pool.shutdown(wait=False, cancel_futures=True)
-                self.stop()
-                raise
+        tasks = [(i, partial(self.grade, chunk, timeout, deliver))
+                 for i, chunk in enumerate(chunks)]
+        try:
+            run_each(self.jobs, tasks, lambda _key, _none: None)
+        except BaseException:
+            self._stopping.set()
+            raise
 
     def stop(self) -> None:
-        """Kill every session this engine runs (their process groups), start no more."""
+        """Kill every running session (their process groups), start no more."""
         self._stopping.set()
-        stop_all_sessions()  # the sessions of one mutant alone (grader.runner)
-        with self._lock:
-            live = list(self._live)
-        for process in live:
-            kill_group(process)
+        stop_all_sessions()
 
     def grade(self, chunk: Sequence[tuple[str, Path]], timeout: float,
               deliver: Callable[[str, Verdict], None]) -> None:
@@ -221,66 +208,20 @@ class BatchEngine:
     def session(self, specs: list[ImplSpec], timeout: float) -> BatchRun:
         """Run one session over `specs`, interrupting it when one of them overruns."""
         with tempfile.TemporaryDirectory(prefix="mlsys-mutate-batch-") as tmp:
-            results_path = Path(tmp) / "session.json"
-            command = interruptible(pytest_command(
-                self.paths, specs, results_path, stop_first=True, progress=True,
-                root=self.root, suites=self.suites, extra=self._plan_args(specs, Path(tmp))))
             started = time.perf_counter()
             clock = Clock(len(specs), started)
-            returncode, overran, tail = self._watch(command, clock, timeout)
-            wall_s = time.perf_counter() - started
-            runs: list[RunResult | None] = [None] * len(specs)
-            problem = ""
-            try:
-                by_impl = {run.impl: run for run in RunResult.load_all(results_path)}
-                runs = [by_impl.get(spec.text) for spec in specs]
-            except ValueError as exc:
-                last = [line for line in tail.splitlines() if line.strip()][-2:]
-                problem = f"{exc} (pytest exit {returncode}: {' / '.join(last)})"
-        return BatchRun(runs, clock, overran, returncode, wall_s, tail, problem)
-
-    def _watch(self, command: list[str], clock: Clock, timeout: float
-               ) -> tuple[int, bool, str]:
-        with self._lock:
-            if self._stopping.is_set():
-                raise RuntimeError("the mutation run is stopping; no new session")
-            process = subprocess.Popen(
-                command, cwd=self.root, env=isolated_env(), stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
-                errors="replace", start_new_session=True)
-            self._live.add(process)
-        overran = threading.Event()
-        ended = threading.Event()
-
-        def watchdog() -> None:
-            while not ended.wait(0.5):
-                if clock.overrun(time.perf_counter(), timeout):
-                    overran.set()
-                    # pytest writes the results of what finished when interrupted
-                    os.kill(process.pid, signal.SIGINT)
-                    if not ended.wait(INTERRUPT_GRACE_S):
-                        kill_group(process)
-                    return
-
-        thread = threading.Thread(target=watchdog, daemon=True)
-        thread.start()
-        tail: list[str] = []
-        try:
-            for line in process.stdout or ():
-                line = line.rstrip("\n")
-                clock.feed(line, time.perf_counter())
-                tail = (tail + [line])[-40:]
-            process.wait()
-        except BaseException:
-            kill_group(process)
-            raise
-        finally:
-            ended.set()
-            thread.join()
-            with self._lock:
-                self._live.discard(process)
-        kill_group(process)  # what the session left behind goes with it
-        return process.returncode, overran.is_set(), "\n".join(tail)
+            # Each implementation is bounded by the clock; this only backs it up.
+            limit = timeout * (len(specs) + 1) + INTERRUPT_GRACE_S
+            session = run_session(
+                self.paths, specs, stop_first=True, timeout=limit, root=self.root,
+                suites=self.suites, extra=self._plan_args(specs, Path(tmp)),
+                on_event=lambda event: clock.feed(event, time.perf_counter()),
+                interrupt=lambda now: clock.overrun(now, timeout))
+        by_impl = {run.impl: run for run in session.results}
+        runs = [by_impl.get(spec.text) for spec in specs]
+        problem = session.problem if session.result is None else ""
+        return BatchRun(runs, clock, session.interrupted or session.timed_out,
+                        session.returncode, session.wall_s, session.output_tail, problem)
 
 
 Pending = list[tuple[str, ImplSpec]]
@@ -345,15 +286,3 @@ def deal(items: list[tuple[str, Path]], batch_size: int, jobs: int
         return []
     count = min(len(items), max(jobs, math.ceil(len(items) / max(1, batch_size))))
     return [items[i::count] for i in range(count)]
-
-
-def interruptible(command: list[str]) -> list[str]:
-    """The session's command with SIGINT handled as Ctrl-C whatever we inherited.
-
-    A process started in the background by a shell ignores SIGINT, and its children inherit
-    that; the bootstrap re-arms Python's handler so the watchdog's SIGINT still reaches pytest.
-    """
-    if len(command) > 3 and command[2] == "-c":
-        rearm = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
-        command = [*command[:3], rearm + command[3], *command[4:]]
-    return command

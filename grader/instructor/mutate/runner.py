@@ -17,15 +17,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Protocol
 
 from grader.instructor.mutate.generate import Generation, Mutant
+from grader.instructor.pool import run_each
 from grader.instructor.variant_changes import lines_changes
 from grader.manifest import Assignment
-from grader.runner import Session, run_session, stop_all_sessions
+from grader.runner import Session, run_session
 from harness.impl import resolve_impl
 
 VERDICTS = ("killed", "survived", "timed_out", "error")
@@ -95,19 +96,11 @@ class SessionEngine:
 
     def run(self, impls: Sequence[tuple[str, Path]], timeout: float,
             on_verdict: Callable[[str, Verdict], None]) -> None:
-        with ThreadPoolExecutor(max_workers=max(1, self.jobs)) as pool:
-            futures = {
-                pool.submit(run_session, self.paths, resolve_impl(str(folder)), stop_first=True,
-                            timeout=timeout, root=self.root, suites=self.suites): key
-                for key, folder in impls
-            }
-            try:
-                for future in as_completed(futures):
-                    on_verdict(futures[future], judge_session(future.result()))
-            except BaseException:  # Ctrl-C or SIGTERM: end the running sessions, start no more
-                pool.shutdown(wait=False, cancel_futures=True)
-                stop_all_sessions()
-                raise
+        tasks = [(key, partial(run_session, self.paths, resolve_impl(str(folder)),
+                               stop_first=True, timeout=timeout, root=self.root,
+                               suites=self.suites))
+                 for key, folder in impls]
+        run_each(self.jobs, tasks, lambda key, session: on_verdict(key, judge_session(session)))
 
 
 def write_tree(dest: Path, assignment: Assignment, sources: dict[str, str],

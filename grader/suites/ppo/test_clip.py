@@ -12,7 +12,16 @@ import pytest
 import torch
 
 from grader.seeds import seeded_generator
-from grader.suites.ppo._common import F64, close, grad_of, probe, result, run_probes, said
+from grader.suites.ppo._common import (
+    F64,
+    close,
+    grad_of,
+    probe,
+    register,
+    result,
+    said,
+    shared_probes,
+)
 
 N = 12
 EPS = 0.2
@@ -91,9 +100,12 @@ def build() -> dict[str, dict]:
     return probes
 
 
+TAG = register("clip", build())
+
+
 @pytest.fixture(scope="module")
-def probes(launch):
-    return run_probes(launch, build())
+def probes(launch, impl):
+    return shared_probes(launch, impl, TAG)
 
 
 def loss_and_stats(got: dict, what: str) -> tuple[object, dict]:

@@ -12,9 +12,10 @@ from grader.suites.ppo._common import (
     finite,
     grad_of,
     probe,
+    register,
     result,
-    run_probes,
     said,
+    shared_probes,
     valid,
 )
 
@@ -85,9 +86,12 @@ def build() -> dict[str, dict]:
     }
 
 
+TAG = register("masks", build())
+
+
 @pytest.fixture(scope="module")
-def probes(launch):
-    return run_probes(launch, build())
+def probes(launch, impl):
+    return shared_probes(launch, impl, TAG)
 
 
 @pytest.mark.points(3)

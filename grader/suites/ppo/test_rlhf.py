@@ -6,7 +6,16 @@ import pytest
 import torch
 
 from grader.seeds import seeded_generator
-from grader.suites.ppo._common import F64, close, error_of, probe, result, run_probes, said
+from grader.suites.ppo._common import (
+    F64,
+    close,
+    error_of,
+    probe,
+    register,
+    result,
+    said,
+    shared_probes,
+)
 
 KL_COEF = 0.05
 
@@ -70,9 +79,12 @@ def build() -> dict[str, dict]:
     return probes
 
 
+TAG = register("rlhf", build())
+
+
 @pytest.fixture(scope="module")
-def probes(launch):
-    return run_probes(launch, build())
+def probes(launch, impl):
+    return shared_probes(launch, impl, TAG)
 
 
 @pytest.mark.points(2)

@@ -16,9 +16,10 @@ from grader.suites.ppo._common import (
     finite,
     grad_of,
     probe,
+    register,
     result,
-    run_probes,
     said,
+    shared_probes,
 )
 
 VALUE_EPS = 0.2
@@ -90,9 +91,12 @@ def build() -> dict[str, dict]:
     }
 
 
+TAG = register("value_entropy", build())
+
+
 @pytest.fixture(scope="module")
-def probes(launch):
-    return run_probes(launch, build())
+def probes(launch, impl):
+    return shared_probes(launch, impl, TAG)
 
 
 @pytest.mark.points(2)
