@@ -1,11 +1,8 @@
 """Shared pieces of the ppo hidden suite.
 
 Every unit test module builds a dict of *probes* in the parent — calls of one function of the
-module under test with inputs made here — and registers it at import (`register`); the first
-module fixture of an implementation runs every registered probe in ONE launch (`shared_probes`,
-a `harness.cases.Memo` keyed by the implementation, so a session of several implementations
-launches once per implementation, not once per module), and each module reads its own. The rank
-catches each probe's exception separately, so a
+module under test with inputs made here — and runs all of them in one rank (`run_probes`, a
+module-scoped fixture's single launch). The rank catches each probe's exception separately, so a
 student who has written compute_gae but not ppo_clip_loss still earns the GAE points: each probe
 is one case of `harness.cases.run_cases`, and `result` turns a failed probe back into the
 harness's own errors (`case_value`: "not implemented yet: <function>" for a stub).
@@ -33,10 +30,9 @@ from typing import Any
 import torch
 
 from grader.compare import assert_close
-from harness.cases import Memo, case_value, run_cases
+from harness.cases import case_value, run_cases
 
 PROBE_TIMEOUT = 120.0
-SHARED_TIMEOUT = 240.0  # every unit probe of the suite, on a loaded 2-core machine
 F64 = torch.float64
 
 
@@ -72,32 +68,8 @@ def _call(ppo: Any, spec: dict) -> dict[str, Any]:
 
 
 # -- parent side ---------------------------------------------------------------------------------
-def run_probes(launch: Any, probes: dict[str, dict], timeout: float = PROBE_TIMEOUT
-               ) -> dict[str, dict]:
-    return launch(rank_probes, world_size=1, args=(probes,), timeout=timeout).values[0]
-
-
-_REGISTERED: dict[str, dict[str, dict]] = {}
-_SHARED = Memo()
-
-
-def register(tag: str, probes: dict[str, dict]) -> str:
-    """Add module `tag`'s probes to the suite's one launch; returns `tag`."""
-    _REGISTERED[tag] = probes
-    return tag
-
-
-def shared_probes(launch: Any, impl: Any, tag: str) -> dict[str, dict]:
-    """The outcomes of module `tag`'s probes, from the one launch of every registered probe."""
-    def run_all() -> dict[str, dict]:
-        every = {f"{t}/{key}": spec for t, probes in _REGISTERED.items()
-                 for key, spec in probes.items()}
-        return run_probes(launch, every, timeout=SHARED_TIMEOUT)
-
-    everything = _SHARED.get(("probes", impl, tuple(_REGISTERED)), run_all)
-    prefix = tag + "/"
-    return {key[len(prefix):]: value for key, value in everything.items()
-            if key.startswith(prefix)}
+def run_probes(launch: Any, probes: dict[str, dict]) -> dict[str, dict]:
+    return launch(rank_probes, world_size=1, args=(probes,), timeout=PROBE_TIMEOUT).values[0]
 
 
 def result(results: dict[str, dict], key: str, what: str) -> dict[str, Any]:

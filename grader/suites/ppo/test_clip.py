@@ -12,16 +12,7 @@ import pytest
 import torch
 
 from grader.seeds import seeded_generator
-from grader.suites.ppo._common import (
-    F64,
-    close,
-    grad_of,
-    probe,
-    register,
-    result,
-    said,
-    shared_probes,
-)
+from grader.suites.ppo._common import F64, close, grad_of, probe, result, run_probes, said
 
 N = 12
 EPS = 0.2
@@ -100,12 +91,9 @@ def build() -> dict[str, dict]:
     return probes
 
 
-TAG = register("clip", build())
-
-
 @pytest.fixture(scope="module")
-def probes(launch, impl):
-    return shared_probes(launch, impl, TAG)
+def probes(launch):
+    return run_probes(launch, build())
 
 
 def loss_and_stats(got: dict, what: str) -> tuple[object, dict]:

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from grader.seeds import seeded_generator
-from grader.suites.ppo._common import F64, close, probe, register, result, said, shared_probes
+from grader.suites.ppo._common import F64, close, probe, result, run_probes, said
 
 F32 = torch.float32
 GARBAGE_VALUE = 50.0  # next_values at terminated steps: must never be used
@@ -166,12 +166,9 @@ def build() -> dict[str, dict]:
     return probes
 
 
-TAG = register("gae", build())
-
-
 @pytest.fixture(scope="module")
-def probes(launch, impl):
-    return shared_probes(launch, impl, TAG)
+def probes(launch):
+    return run_probes(launch, build())
 
 
 def pair(probes: dict, key: str) -> tuple:

@@ -12,10 +12,9 @@ from grader.suites.ppo._common import (
     finite,
     grad_of,
     probe,
-    register,
     result,
+    run_probes,
     said,
-    shared_probes,
     valid,
 )
 
@@ -86,12 +85,9 @@ def build() -> dict[str, dict]:
     }
 
 
-TAG = register("masks", build())
-
-
 @pytest.fixture(scope="module")
-def probes(launch, impl):
-    return shared_probes(launch, impl, TAG)
+def probes(launch):
+    return run_probes(launch, build())
 
 
 @pytest.mark.points(3)

@@ -6,16 +6,7 @@ import pytest
 import torch
 
 from grader.seeds import seeded_generator
-from grader.suites.ppo._common import (
-    F64,
-    close,
-    error_of,
-    probe,
-    register,
-    result,
-    said,
-    shared_probes,
-)
+from grader.suites.ppo._common import F64, close, error_of, probe, result, run_probes, said
 
 KL_COEF = 0.05
 
@@ -79,12 +70,9 @@ def build() -> dict[str, dict]:
     return probes
 
 
-TAG = register("rlhf", build())
-
-
 @pytest.fixture(scope="module")
-def probes(launch, impl):
-    return shared_probes(launch, impl, TAG)
+def probes(launch):
+    return run_probes(launch, build())
 
 
 @pytest.mark.points(2)

@@ -16,10 +16,9 @@ from grader.suites.ppo._common import (
     finite,
     grad_of,
     probe,
-    register,
     result,
+    run_probes,
     said,
-    shared_probes,
 )
 
 VALUE_EPS = 0.2
@@ -91,12 +90,9 @@ def build() -> dict[str, dict]:
     }
 
 
-TAG = register("value_entropy", build())
-
-
 @pytest.fixture(scope="module")
-def probes(launch, impl):
-    return shared_probes(launch, impl, TAG)
+def probes(launch):
+    return run_probes(launch, build())
 
 
 @pytest.mark.points(2)
