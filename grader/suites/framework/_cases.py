@@ -1,0 +1,3 @@
+"""Case tables of the framework suite (being written)."""
+
+from __future__ import annotations

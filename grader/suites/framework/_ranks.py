@@ -1,0 +1,3 @@
+"""Rank functions of the framework suite (being written)."""
+
+from __future__ import annotations
