@@ -68,6 +68,12 @@ def test_forward_backward_flops_of_a_linear_layer(launch):
     assert got.get("backward"), (
         f"the backward counted nothing: call out.backward(...) while a second FlopCounter is "
         f"active; expected {want['backward']} (two matmuls: dX and dW)")
+    for part in ("forward", "backward"):
+        for op, n in want[part].items():
+            have = got[part].get(op, 0)
+            assert have == n, (
+                f"{part}: {op} counted {have} FLOPs, expected {n}: a product [m, k] @ [k, n] is "
+                f"2*m*n*k FLOPs (a multiply-add is 2 FLOPs), and addmm's bias is free")
     assert got == want, (f"forward_backward_flops of a Linear(16, 8) on [2, 5, 16]: expected "
                          f"{want}, got {got}")
 

@@ -158,8 +158,9 @@ def _friendly_graphs(module: Any, case: dict) -> dict:
     counters, graphs = _fresh_dynamo(), []
     compiled = torch.compile(model, backend=_counting_backend(graphs), dynamic=True)
     with torch.no_grad():
-        outs = [compiled(x) for x in case["inputs"]]
-    return {**_dynamo_report(counters, graphs), "outs": outs}
+        for x in case["inputs"]:
+            compiled(x)
+    return _dynamo_report(counters, graphs)
 
 
 def _compile_model(module: Any, case: dict) -> dict:
@@ -170,7 +171,8 @@ def _compile_model(module: Any, case: dict) -> dict:
     run = module.compile_model(model, _counting_backend(graphs))
     with torch.no_grad():
         outs = [run(x) for x in case["inputs"]]
-    return {**_dynamo_report(counters, graphs), "outs": outs}
+        eager = [model(x) for x in case["inputs"]]
+    return {**_dynamo_report(counters, graphs), "outs": outs, "eager": eager}
 
 
 COMPILE_RUNS = {"friendly_values": _friendly_values, "friendly_graphs": _friendly_graphs,
@@ -221,17 +223,25 @@ def _fuse(module: Any, case: dict) -> dict:
 def _backend(module: Any, case: dict) -> dict:
     _fresh_dynamo()
     seen: list[list[str]] = []
+    stubbed: list[NotImplementedError] = []
 
     def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
-        result = module.fusing_backend(gm, example_inputs)
+        try:
+            result = module.fusing_backend(gm, example_inputs)
+        except NotImplementedError as exc:  # Dynamo would wrap it: re-raised below, as is
+            stubbed.append(exc)
+            return gm.forward
         seen.append(node_kinds(result) if isinstance(result, torch.fx.GraphModule) else [])
         return result
 
     try:
         compiled = torch.compile(FX_FUNCTIONS[case["fn"]], backend=backend, fullgraph=True)
-        return {"out": compiled(*case["inputs"]), "graphs": seen}
+        out = compiled(*case["inputs"])
     finally:
         _fresh_dynamo()
+    if stubbed:
+        raise stubbed[0]
+    return {"out": out, "graphs": seen}
 
 
 FX_RUNS = {"fuse": _fuse, "backend": _backend}

@@ -83,9 +83,3 @@ def graph_break_mlp(state: dict[str, torch.Tensor], x: torch.Tensor, hidden: int
     mean = h.cumsum(dim=1) / positions[:, None]
     return x + F.linear(mean / math.sqrt(hidden), s["down.weight"], s["down.bias"])
 
-
-def sequential_mlp(state: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-    """The `Sequential(Linear, GELU, Linear)` that compile_model's case compiles, in float64."""
-    s = {k: v.to(F64) for k, v in state.items()}
-    h = F.gelu(F.linear(x.to(F64), s["0.weight"], s["0.bias"]))
-    return F.linear(h, s["2.weight"], s["2.bias"])

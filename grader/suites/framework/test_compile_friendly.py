@@ -3,13 +3,15 @@
 Values against `_ref.graph_break_mlp` (the provided model's function restated here in
 float64), on inputs that take either side of its branch. Graphs: the model compiled with
 `dynamic=True` and the suite's counting `eager` backend over three sequence lengths; graph
-breaks read from Dynamo's counters in the rank, graphs from what the backend was handed.
+breaks read from Dynamo's counters in the rank, graphs from what the backend was handed
+(judged here; no value compared, so the margin runs skip that compile).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import torch
 
 from grader.compare import assert_close, bound
@@ -62,10 +64,11 @@ def judge(results: tuple[dict, dict], key: str) -> None:
         assert got["graphs"] <= 1, (
             f"FriendlyMLP compiled {got['graphs']} graphs for {len(GRAPH_LENGTHS)} sequence "
             f"lengths with dynamic=True, expected 1: {LENGTH_HINT}")
-        _judge_values(case, got["outs"], name)
 
 
 FRIENDLY = CaseTests(run=run, judge=judge, exercises=lambda keys: ["FriendlyMLP"])
 case_runs = FRIENDLY.fixture
 test_friendly_mlp_equals_graph_break_mlp = FRIENDLY.test(4, "friendly-values")
-test_friendly_mlp_has_no_graph_break_and_one_graph = FRIENDLY.test(4, "friendly-graphs")
+# compares no value (the values are the test above's): the margin runs leave its compile out
+test_friendly_mlp_has_no_graph_break_and_one_graph = pytest.mark.no_tolerance(
+    FRIENDLY.test(4, "friendly-graphs"))

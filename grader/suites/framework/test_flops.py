@@ -19,16 +19,17 @@ from grader.suites.framework._ref import flops_ref
 from harness.case_tests import CaseTests
 from harness.cases import case_value
 
-HINTS = {
-    "aten.mm": "mm of [m, k] @ [k, n] is 2*m*n*k FLOPs: a multiply-add is 2 FLOPs",
-    "aten.addmm": "addmm is 2*m*n*k FLOPs of its two matrices (a multiply-add is 2 FLOPs); "
-                  "the bias is free",
-    "aten.bmm": "bmm of [B, m, k] @ [B, k, n] is 2*B*m*n*k FLOPs: count every batch",
-    "aten.baddbmm": "baddbmm is 2*B*m*n*k FLOPs: count every batch; the bias is free",
-    "aten.convolution": "convolution is 2*N*prod(out_spatial)*C_out*w.shape[1]*prod(kernel)",
-    "aten.convolution_backward": "convolution_backward counts the forward's FLOPs once per "
-                                 "true output_mask entry (grad_input, grad_weight)",
-}
+MM_HINT = "mm of [m, k] @ [k, n] is 2*m*n*k FLOPs: a multiply-add is 2 FLOPs"
+ADDMM_HINT = ("addmm is 2*m*n*k FLOPs of its two matrices (a multiply-add is 2 FLOPs); the bias "
+              "is free")
+BMM_HINT = "bmm of [B, m, k] @ [B, k, n] is 2*B*m*n*k FLOPs: count every batch"
+BADDBMM_HINT = "baddbmm is 2*B*m*n*k FLOPs: count every batch; the bias is free"
+CONV_HINT = "convolution is 2*N*prod(out_spatial)*C_out*w.shape[1]*prod(kernel)"
+CONV_BACKWARD_HINT = ("convolution_backward counts the forward's FLOPs once per true output_mask "
+                      "entry (grad_input, grad_weight)")
+HINTS = {"aten.mm": MM_HINT, "aten.addmm": ADDMM_HINT, "aten.bmm": BMM_HINT,
+         "aten.baddbmm": BADDBMM_HINT, "aten.convolution": CONV_HINT,
+         "aten.convolution_backward": CONV_BACKWARD_HINT}
 BACKWARD_EMPTY = ("the backward counted nothing: call out.backward(...) while a FlopCounter is "
                   "active (README §2)")
 EXTRA_OP = "counts an operator README §2 does not count"
