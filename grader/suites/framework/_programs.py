@@ -109,7 +109,7 @@ def c_mlp(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, w3: torch.Tensor)
     return torch.tanh(F.gelu(x @ w1) @ w2) @ w3
 
 
-def c_gated(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+def c_gated(x: torch.Tensor, w: torch.Tensor, unused: torch.Tensor) -> torch.Tensor:
     h = x @ w
     return torch.sigmoid(h) * h.exp().clamp(max=10.0)
 
@@ -140,7 +140,8 @@ def fx_shared(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     also_kept = torch.relu(t) * t  # the add has a second user
     other = x * torch.sigmoid(y)  # not the same operand
     scaled = torch.relu(torch.add(x, y, alpha=2.0))  # an add with a keyword
-    return kept + also_kept + other + scaled
+    in_place = F.relu(y + x, inplace=True)  # a relu in place
+    return kept + also_kept + other + scaled + in_place
 
 
 def fx_mixed(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
