@@ -148,7 +148,10 @@ def _load(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> torch.nn.Mo
 
 
 def _friendly_values(module: Any, case: dict) -> list[torch.Tensor]:
-    model = _load(module.FriendlyMLP(case["dim"], case["hidden"]), case["state"])
+    # the documented defaults are dim=16, hidden=32: the case's sizes
+    built = module.FriendlyMLP() if case.get("defaults") else module.FriendlyMLP(case["dim"],
+                                                                                 case["hidden"])
+    model = _load(built, case["state"])
     with torch.no_grad():
         return [model(x) for x in case["inputs"]]
 
