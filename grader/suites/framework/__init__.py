@@ -1,0 +1,1 @@
+"""Hidden suite of framework (never shipped to students)."""
