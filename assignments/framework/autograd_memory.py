@@ -38,8 +38,8 @@ def checkpoint(fn: Callable[..., torch.Tensor], *inputs: torch.Tensor) -> torch.
       autograd saves nothing for it but `inputs` themselves: `saved_tensor_bytes` of a call is
       at most the total bytes of the inputs' storages, however large `fn`'s intermediates.
     - Backward: runs `fn` again on detached copies of the inputs with grad enabled and returns
-      the gradient of each input that requires grad (None for the others): equal to what
-      `fn(*inputs).backward(g)` would give, whatever `g`.
+      the gradient of each input that requires grad (None for the others, and for an input
+      `fn` does not use): equal to what `fn(*inputs).backward(g)` would give, whatever `g`.
     - Does not change `inputs` in place.
     """
     raise NotImplementedError("checkpoint: see README §3.2")

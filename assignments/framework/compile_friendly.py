@@ -52,6 +52,7 @@ def compile_model(model: nn.Module, backend: str | Callable[..., Any] = "inducto
     in 8..64 in any order, Dynamo compiles at most two graphs (at most one recompile) and
     never breaks the graph, provided `model` itself has no graph break: mark the sequence
     dimension dynamic (`torch._dynamo.mark_dynamic(x, 1)`) or compile with `dynamic=True`
-    or leave it to automatic dynamic shapes; never `dynamic=False`. `model` is not changed.
+    or leave it to automatic dynamic shapes; never `dynamic=False`. For a `model` that has a
+    graph break, `f(x)` raises (that is what `fullgraph=True` does). `model` is not changed.
     """
     raise NotImplementedError("compile_model: see README §4")

@@ -16,10 +16,10 @@ import torch.nn.functional as F
 
 from assignments.framework.fused_ops import add_relu
 
-SIGMOIDS = (torch.sigmoid,)
-MULS = (operator.mul, torch.mul)
-ADDS = (operator.add, torch.add)
-RELUS = (torch.relu, F.relu)
+_SIGMOIDS = (torch.sigmoid,)
+_MULS = (operator.mul, torch.mul)
+_ADDS = (operator.add, torch.add)
+_RELUS = (torch.relu, F.relu)
 
 
 def _is(node: Any, functions: tuple[Any, ...], method: str) -> bool:
@@ -34,10 +34,10 @@ def _is(node: Any, functions: tuple[Any, ...], method: str) -> bool:
 def _silu_site(mul: torch.fx.Node) -> tuple[torch.fx.Node, torch.fx.Node] | None:
     """(x, sigmoid node) when `mul` is `x * sigmoid(x)` in either order with a sigmoid that
     only this mul reads; else None."""
-    if not _is(mul, MULS, "mul") or len(mul.args) != 2 or mul.kwargs:
+    if not _is(mul, _MULS, "mul") or len(mul.args) != 2 or mul.kwargs:
         return None
     for sig, other in (mul.args, mul.args[::-1]):
-        if (_is(sig, SIGMOIDS, "sigmoid") and len(sig.args) == 1 and not sig.kwargs
+        if (_is(sig, _SIGMOIDS, "sigmoid") and len(sig.args) == 1 and not sig.kwargs
                 and sig.args[0] is other and len(sig.users) == 1):
             return other, sig
     return None
@@ -45,10 +45,10 @@ def _silu_site(mul: torch.fx.Node) -> tuple[torch.fx.Node, torch.fx.Node] | None
 
 def _add_relu_site(relu: torch.fx.Node) -> torch.fx.Node | None:
     """The add node when `relu` is `relu(a + b)` and the add has no other user; else None."""
-    if not _is(relu, RELUS, "relu") or len(relu.args) != 1 or relu.kwargs.get("inplace"):
+    if not _is(relu, _RELUS, "relu") or len(relu.args) != 1 or relu.kwargs.get("inplace"):
         return None
     add = relu.args[0]
-    if (_is(add, ADDS, "add") and len(add.args) == 2 and not add.kwargs
+    if (_is(add, _ADDS, "add") and len(add.args) == 2 and not add.kwargs
             and len(add.users) == 1):
         return add
     return None

@@ -72,12 +72,15 @@ def memory_cases() -> dict[str, dict[str, Any]]:
                                           [True, True, True]),
         "saved-chain": _saved(36, "chain", [(6, 8), (8, 24), (24, 4)], [True, True, True]),
         "saved-nothing-without-grad": _saved(37, "no_grad", [(4, 4), (4, 4)], [False, False]),
+        "saved-one-byte-mask": {"run": "saved", "fn": "where",
+                                "tensors": [*_draw(38, [(1,), (1,)]), torch.tensor([True])],
+                                "grads": [True, True, False]},
     }
     for name, fn, shapes, grads, out, seed in (
             ("checkpoint-mlp", "mlp", [(16, 8), (8, 64), (64, 64), (64, 4)],
              [True, True, True, True], (16, 4), 41),
-            ("checkpoint-input-without-grad", "gated", [(12, 6), (6, 40)], [False, True],
-             (12, 40), 42)):
+            ("checkpoint-input-without-grad", "gated", [(12, 6), (6, 40), (3,)],
+             [False, True, True], (12, 40), 42)):
         tensors = _draw(seed, shapes, scale=0.5)
         cases[name] = {"run": "checkpoint", "fn": fn, "tensors": tensors, "grads": grads,
                        "grad_out": torch.randn(*out, generator=g(seed + 1))}
@@ -119,7 +122,7 @@ def friendly_cases() -> dict[str, dict[str, Any]]:
         "friendly-values-large": {**base, "run": "friendly_values", "state": _state(51),
                                   "inputs": _inputs(52, FRIENDLY_LENGTHS, 3.0)},
         # tiny inputs and weights: max |h| < 1, the branch that leaves h alone
-        "friendly-values-small": {**base, "run": "friendly_values",
+        "friendly-values-small": {**base, "run": "friendly_values", "defaults": True,
                                   "state": {k: 0.05 * v for k, v in _state(53).items()},
                                   "inputs": _inputs(54, FRIENDLY_LENGTHS, 0.1)},
         "friendly-graphs": {**base, "run": "friendly_graphs", "state": _state(55),
@@ -131,7 +134,9 @@ def compile_cases() -> dict[str, dict[str, Any]]:
     state = {k.replace("up.", "0.").replace("down.", "2."): v for k, v in _state(61).items()}
     return {"compile-model-lengths-8-to-64": {"run": "compile_model", "dim": DIM,
                                               "hidden": HIDDEN, "state": state,
-                                              "inputs": _inputs(62, COMPILE_LENGTHS, 1.0)}}
+                                              "inputs": _inputs(62, COMPILE_LENGTHS, 1.0)},
+            "compile-model-fullgraph": {"run": "compile_breaking",
+                                        "inputs": _inputs(63, (8,), 1.0)}}
 
 
 # FX: the node kinds each rewritten graph must have (README §5), counted by hand from
@@ -139,8 +144,8 @@ def compile_cases() -> dict[str, dict[str, Any]]:
 FX_EXPECTED = {
     "silu_forms": {"silu": 4, "add_relu": 0, "sigmoid": 0, "mul": 0, "add": 0, "relu": 0},
     "add_relu_forms": {"silu": 0, "add_relu": 4, "sigmoid": 0, "mul": 0, "add": 0, "relu": 0},
-    "shared": {"silu": 0, "add_relu": 0, "sigmoid": 2, "mul": 3, "add": 6, "relu": 2},
-    "mixed": {"silu": 1, "add_relu": 2, "sigmoid": 1, "mul": 1, "add": 2, "relu": 0},
+    "shared": {"silu": 0, "add_relu": 0, "sigmoid": 3, "mul": 3, "add": 12, "relu": 3},
+    "mixed": {"silu": 1, "add_relu": 2, "sigmoid": 1, "mul": 2, "add": 3, "relu": 0},
 }
 FX_INPUTS = {"silu_forms": [(5, 4)], "add_relu_forms": [(3, 6), (3, 6)],
              "shared": [(4, 5), (4, 5)], "mixed": [(6,), (6,)]}

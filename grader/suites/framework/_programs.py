@@ -91,6 +91,10 @@ def s_saved_twice(x: torch.Tensor) -> torch.Tensor:
     return x * x + torch.sin(x)
 
 
+def s_where(x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return torch.where(mask, x, y)
+
+
 def s_linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return F.linear(x, w, b)
 
@@ -100,6 +104,7 @@ def s_chain(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor
 
 
 SAVED_FUNCTIONS = {"exp": s_exp, "mul": s_mul, "views": s_views, "saved_twice": s_saved_twice,
+                   "where": s_where,
                    "linear": s_linear, "chain": s_chain, "no_grad": s_mul}
 
 # ---- functions checkpointed (README §3.2) ------------------------------------------------------
@@ -109,7 +114,7 @@ def c_mlp(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, w3: torch.Tensor)
     return torch.tanh(F.gelu(x @ w1) @ w2) @ w3
 
 
-def c_gated(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+def c_gated(x: torch.Tensor, w: torch.Tensor, unused: torch.Tensor) -> torch.Tensor:
     h = x @ w
     return torch.sigmoid(h) * h.exp().clamp(max=10.0)
 
@@ -140,7 +145,10 @@ def fx_shared(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     also_kept = torch.relu(t) * t  # the add has a second user
     other = x * torch.sigmoid(y)  # not the same operand
     scaled = torch.relu(torch.add(x, y, alpha=2.0))  # an add with a keyword
-    return kept + also_kept + other + scaled
+    in_place = F.relu(y + x, inplace=True)  # a relu in place
+    not_a_mul = x.add(torch.sigmoid(x))  # an add of x and its sigmoid
+    not_a_relu = (x + y).tanh()  # another method on an add
+    return kept + also_kept + other + scaled + in_place + not_a_mul + not_a_relu
 
 
 def fx_mixed(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -148,7 +156,7 @@ def fx_mixed(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     fused = torch.relu(gated + y)
     s = torch.sigmoid(y)
     shared = y * s
-    return fused + shared + torch.relu(s + x)
+    return fused + shared + torch.relu(s + x) + y * 2.0
 
 
 FX_FUNCTIONS = {"silu_forms": fx_silu_forms, "add_relu_forms": fx_add_relu_forms,

@@ -148,7 +148,10 @@ def _load(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> torch.nn.Mo
 
 
 def _friendly_values(module: Any, case: dict) -> list[torch.Tensor]:
-    model = _load(module.FriendlyMLP(case["dim"], case["hidden"]), case["state"])
+    # the documented defaults are dim=16, hidden=32: the case's sizes
+    built = module.FriendlyMLP() if case.get("defaults") else module.FriendlyMLP(case["dim"],
+                                                                                 case["hidden"])
+    model = _load(built, case["state"])
     with torch.no_grad():
         return [model(x) for x in case["inputs"]]
 
@@ -175,8 +178,31 @@ def _compile_model(module: Any, case: dict) -> dict:
     return {**_dynamo_report(counters, graphs), "outs": outs, "eager": eager}
 
 
+class _Breaking(torch.nn.Module):
+    """A model with a graph break (a Python branch on a tensor's value): under fullgraph=True
+    its compile must fail."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.sum() > 0:
+            return x * 2
+        return x - 1
+
+
+def _compile_breaking(module: Any, case: dict) -> dict:
+    _fresh_dynamo()
+    run = module.compile_model(_Breaking(), "eager")
+    try:
+        with torch.no_grad():
+            run(case["inputs"][0])
+    except NotImplementedError:
+        raise
+    except Exception as exc:  # noqa: BLE001  (Dynamo's Unsupported, however it is wrapped)
+        return {"raised": type(exc).__name__}
+    return {"raised": None}
+
+
 COMPILE_RUNS = {"friendly_values": _friendly_values, "friendly_graphs": _friendly_graphs,
-                "compile_model": _compile_model}
+                "compile_model": _compile_model, "compile_breaking": _compile_breaking}
 
 
 def rank_compile(ctx: Any, cases: dict[str, dict]) -> dict:
@@ -215,8 +241,11 @@ def _fuse(module: Any, case: dict) -> dict:
     gm = torch.fx.symbolic_trace(FX_FUNCTIONS[case["fn"]])
     out_gm = module.fuse_patterns(gm)
     is_graph_module = isinstance(out_gm, torch.fx.GraphModule)
+    code = out_gm.code if is_graph_module else ""
     return {"is_graph_module": is_graph_module,
             "kinds": node_kinds(out_gm) if is_graph_module else [],
+            "code_calls": {"silu": code.count("functional.silu("),
+                           "add_relu": code.count("add_relu(")},
             "out": out_gm(*case["inputs"]) if is_graph_module else None}
 
 

@@ -25,6 +25,8 @@ preload("torch._dynamo")
 RECOMPILE_HINT = ("one recompile per length: mark the sequence dimension dynamic "
                   "(torch._dynamo.mark_dynamic(x, 1)) or use dynamic=True, never dynamic=False")
 BACKEND_HINT = "compile_model must pass `backend` to torch.compile unchanged"
+FULLGRAPH_HINT = ("compile with fullgraph=True: a model with a graph break (an if on a "
+                  "tensor) must make f(x) raise, not run in pieces")
 VALUE_HINT = "f(x) must return model(x), computed by the compiled model with the given backend"
 
 
@@ -38,6 +40,10 @@ def judge(results: tuple[dict, dict], key: str, aspect: str) -> None:
     cases, outcomes = results
     for name, case in cases.items():
         got = case_value(outcomes[name], f"compile_model ({name})")
+        if case["run"] == "compile_breaking":
+            if aspect == "graphs":
+                assert got["raised"], f"compile_model: {FULLGRAPH_HINT}"
+            continue
         if aspect == "graphs":
             assert got["graphs"] >= 1, (
                 f"{BACKEND_HINT}: the suite's backend compiled no graph")

@@ -26,6 +26,7 @@ ADD_RELU_HINT = ("rewrite relu(a + b) (torch/F/method forms) into one add_relu(a
                  "erase the add")
 SHARED_HINT = ("a pattern whose intermediate has another user (or whose add has keywords, or "
                "whose sigmoid is of another node) must stay as it was")
+RECOMPILE_HINT = "call gm.recompile() after changing gm.graph"
 BOTH_HINT = "rewrite every x * sigmoid(x) and relu(a + b) whose intermediate has one user"
 HINTS = {"silu_forms": SILU_HINT, "add_relu_forms": ADD_RELU_HINT, "shared": SHARED_HINT}
 
@@ -43,6 +44,10 @@ def judge_counts(name: str, fn: str, got: dict, hint: str) -> None:
         assert kinds.get(kind, 0) == want, (
             f"fuse_patterns left {kinds.get(kind, 0)} {kind} node(s), expected {want}: {hint} "
             f"({name})")
+    for kind, calls in got["code_calls"].items():
+        assert calls == FX_EXPECTED[fn][kind], (
+            f"fuse_patterns: the module's code calls {kind} {calls} time(s) but its graph has "
+            f"{FX_EXPECTED[fn][kind]} such node(s): {RECOMPILE_HINT} ({name})")
 
 
 def judge(results: tuple[dict, dict], key: str, aspect: str = "counts") -> None:

@@ -43,8 +43,9 @@ def _judge_saved(case: dict, got: Any, name: str) -> None:
 def _judge_grads(got: list, want: list, grads: list[bool], what: str, dtype: torch.dtype,
                  hints: tuple[str, ...] = ()) -> None:
     for i, (g, w, needed) in enumerate(zip(got, want, grads, strict=True)):
-        if not needed:
-            assert g is None, f"{what}: input {i} does not require grad but got a gradient"
+        if not needed or w is None:
+            reason = "does not require grad" if not needed else "is not used by fn"
+            assert g is None, f"{what}: input {i} {reason} but got a gradient"
             continue
         assert g is not None, f"{what}: input {i} requires grad but got no gradient"
         assert_close(g, w, dtype=dtype, what=f"{what}, gradient of input {i}",
