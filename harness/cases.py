@@ -37,6 +37,19 @@ rebuild. Every rank must run the same cases in the same order; a case may opt ou
 meeting (`RankCase(meet=False)`), e.g. consecutive cases on disjoint subgroups that should run
 at the same time.
 
+A hang costs its case only. `run_cases` appends to a case log in the rank's folder (the path is
+in `CASE_LOG_ENV`, set by the launcher) a line "start\t<name>" before each case and
+"end\t<name>" after it; when a launch is ended as hung (the stall watch, or its limit), the
+parent reads the last line of every live rank's log (`RankTimeout.cases`). The parent side,
+`launch_cases(make, names)`, then blames the earliest case a live rank was inside and makes
+the launch again (`make(env)`, fresh processes) with that case left out (`SKIP_ENV`): every
+other case runs again from the start, so the values, communication log and wire log a test
+reads come whole from one launch that did not hang. The left-out case gets, on every rank, an
+outcome that raises that RankTimeout (`case_values`), and a case a rank left out unasked fails
+as missing. What the rank writes can only choose which case is blamed and left out (it then
+fails), never a passing outcome. A hang that no case can be blamed for (outside every case,
+or a case already left out) ends the launch as before.
+
 Also here: `plain(value)` (anything to plain data for the trip back), `Memo` (one launch per
 key, its result or its error remembered) and `where(rank, world_size)` (the `[rank r of n]`
 prefix of a message). The test-side factory of one-line tests over a shared launch is
@@ -45,6 +58,7 @@ prefix of a message). The test-side factory of one-line tests over a shared laun
 
 from __future__ import annotations
 
+import json
 import numbers
 import os
 import socket
@@ -58,8 +72,8 @@ from typing import Any, TypeVar
 from harness import calltrace
 from harness.errors import NotImplementedInRank, RankFailure, RankTimeout
 
-__all__ = ["Memo", "RankCase", "capture", "case_value", "case_values", "plain", "run_cases",
-           "where"]
+__all__ = ["CASE_LOG_ENV", "SKIP_ENV", "Memo", "RankCase", "capture", "case_value",
+           "case_values", "launch_cases", "plain", "run_cases", "where"]
 
 SYNC_TIMEOUT_S = 20.0
 ABORT_AFTER_S = 2.0
@@ -69,6 +83,8 @@ MAX_TRACEBACK_CHARS = 3000
 MAX_PLAIN_DEPTH = 32
 _HARNESS_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _meetings = [0]  # run_cases calls so far in this rank: names each call's store keys
+CASE_LOG_ENV = "MLSYS_CASE_LOG"  # the rank's case log (see the module doc): set by the launcher
+SKIP_ENV = "MLSYS_SKIP_CASES"  # a JSON list of case names that run_cases leaves out
 
 T = TypeVar("T")
 
@@ -285,25 +301,57 @@ def run_cases(ctx: Any, cases: Iterable[RankCase | tuple[str, Callable[[], Any]]
     out: dict[str, dict[str, Any]] = {}
     pending: tuple[str, BaseException] | None = None  # a failure not yet followed by a meeting
     voided = ""  # what failed, once the later cases cannot run
+    skip, log = _skipped(), _CaseLog(os.environ.get(CASE_LOG_ENV, ""))
     for index, case in enumerate(cases):
         if not isinstance(case, RankCase):
             case = RankCase(*case)
         if case.name in out:
             raise ValueError(f"two cases are named {case.name!r}; names must be unique")
+        if case.name in skip:  # it hung in an earlier launch (launch_cases): every rank skips it
+            continue
         if voided:
             out[case.name] = _not_run(voided)
             continue
+        log.write("start", case.name)
         try:
             out[case.name] = {"ok": True, "value": plain(case.fn())}
         except Exception as exc:  # noqa: BLE001 - every failure is the case's outcome
             out[case.name] = {"ok": False, "error": error_data(exc)}
             pending = pending or (case.name, exc)
+        log.write("end", case.name)
         if case.meet and meeting is not None:
             voided = _after_meeting(meeting, f"{meeting.prefix}/{index}", pending)
             pending = None
     if pending is not None and meeting is not None and not voided:
         _after_meeting(meeting, f"{meeting.prefix}/end", pending)
     return out
+
+
+def _skipped() -> frozenset[str]:
+    """The case names `SKIP_ENV` lists (none when unset or malformed)."""
+    try:
+        names = json.loads(os.environ.get(SKIP_ENV, "[]"))
+    except ValueError:
+        return frozenset()
+    return frozenset(n for n in names if isinstance(n, str)) if isinstance(names, list) \
+        else frozenset()
+
+
+class _CaseLog:
+    """The rank's case log (see the module doc): one flushed line per start and end of a case;
+    nothing where no path is set or the file cannot be written."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+
+    def write(self, kind: str, name: str) -> None:
+        if not self._path:
+            return
+        try:
+            with open(self._path, "a", encoding="utf-8") as f:
+                f.write(f"{kind}\t{name}\n")
+        except OSError:
+            self._path = ""
 
 
 def _after_meeting(m: _Meeting, key: str, pending: tuple[str, BaseException] | None) -> str:
@@ -339,6 +387,11 @@ def raise_error(error: Mapping[str, Any], what: str, *, rank: int | None = None,
     details = f"\n--- {where or 'rank'}: traceback ---\n{trace}" if trace else ""
     fields: dict[str, Any] = dict(rank=-1 if rank is None else rank, exc_type=kind,
                                   message=message, traceback=trace, output_tail="")
+    hang = error.get(HUNG_KEY)
+    if isinstance(hang, RankTimeout):  # built by launch_cases in this process, never by a rank
+        lead = f"{what} hung" if what else "the case hung"
+        raise RankTimeout(f"{lead}: {message}", stacks=hang.stacks,
+                          timeout=hang.timeout, cases=hang.cases)
     if error.get("not_implemented"):
         if function and not first.startswith(function):
             first = f"{function}" + (f" ({first})" if first else "")
@@ -376,6 +429,66 @@ def case_values(rank_outcomes: Sequence[Mapping[str, Any] | None], name: str,
         case_value(outcome, name if what is None else what,
                    rank=rank if world_size > 1 else None, world_size=world_size)
     return [case_value(o) for o in outcomes]
+
+
+# ---- hangs: the launch again without the hung case ----------------------------------------------
+
+HUNG_KEY = "hung"  # an error's key holding the RankTimeout of a left-out case (parent only)
+MISSING = "CaseMissing"
+
+
+def _blamed(exc: RankTimeout, names: Sequence[str], out: Iterable[str]) -> str | None:
+    """The earliest of `names` (not already left `out`) that a live rank was inside."""
+    inside = set(exc.cases.values())
+    return next((n for n in names if n in inside and n not in set(out)), None)
+
+
+def _hung_message(exc: RankTimeout, name: str, world_size: int) -> str:
+    """Who waited on what in case `name` (ranks past it named as finished), then the whole
+    report of the launch that was ended."""
+    from harness.stacks import hang_headline
+
+    finished = [r for r, inside in exc.cases.items() if inside != name]
+    return f"{hang_headline(exc.stacks, world_size, finished)}\n{exc}"
+
+
+def launch_cases(make: Callable[[dict[str, str]], Any], names: Sequence[str]) -> Any:
+    """Make a launch of `run_cases` cases (`names`, in their order) so that a case that hangs
+    costs only itself (see the module doc); the LaunchResult, with each left-out case's outcome
+    on every rank an error that `case_values` raises as its RankTimeout.
+
+    `make(env)` launches (`harness.launcher.launch(..., env=env)`), the rank function calling
+    `run_cases` once with cases named by `names`. A RankTimeout no case can be blamed for is
+    raised, as is every other error of a launch. At most `len(names) + 1` launches are made."""
+    import dataclasses
+
+    hung: dict[str, RankTimeout] = {}
+    while True:
+        env = {SKIP_ENV: json.dumps(sorted(hung))} if hung else {}
+        try:
+            result = make(env)
+        except RankTimeout as exc:
+            name = _blamed(exc, names, hung)
+            if name is None:
+                raise
+            hung[name] = exc
+            continue
+        values, world_size = [], len(result.values)
+        for per_rank in result.values:
+            got = dict(per_rank) if isinstance(per_rank, Mapping) else {}
+            for name in names:
+                if name in hung:
+                    got[name] = {"ok": False, "error": {"type": "RankTimeout", "time": 0.0,
+                                                        "message": _hung_message(
+                                                            hung[name], name, world_size),
+                                                        HUNG_KEY: hung[name]}}
+                elif name not in got:
+                    got[name] = {"ok": False, "error": {
+                        "type": MISSING, "time": 0.0,
+                        "message": "the rank returned no outcome for this case: run_cases "
+                                   "must run every case on every rank"}}
+            values.append(got)
+        return dataclasses.replace(result, values=values)
 
 
 # ---- one launch per key -----------------------------------------------------------------------

@@ -27,6 +27,7 @@ from harness.rankmain import RankJob
 from harness.stacks import hang_headline, summarize_stack
 
 OUTPUT_TAIL_CHARS = 3000
+CASE_LOG_SUFFIX = "cases"  # rank<r>.cases in the rank's folder: harness.cases's case log
 STACK_DUMP_WAIT_S = 2.0
 
 
@@ -121,10 +122,28 @@ def collect_stacks(procs: list[Any], jobs: list[RankJob], live: set[int]) -> dic
     return stacks
 
 
+CASE_LOG_CHARS = 4096  # the tail of a rank's case log that the parent reads
+
+
+def current_cases(jobs: list[RankJob], live: set[int]) -> dict[int, str]:
+    """{rank: the case it is inside} for the `live` ranks, from the last line of the case log
+    `harness.cases.run_cases` appends to ("start\t<name>" / "end\t<name>"): the name when that
+    line is a start, else "". Hostile data: read capped, never followed through a link."""
+    out: dict[int, str] = {}
+    for r in sorted(live):
+        lines = _tail(jobs[r].path(CASE_LOG_SUFFIX), CASE_LOG_CHARS).splitlines()
+        last = lines[-1] if lines else ""
+        kind, _, name = last.partition("\t")
+        out[r] = name if kind == "start" else ""
+    return out
+
+
 def timeout_error(fn_name: str, timeout: float, stacks: dict[int, str],
-                  world_size: int, stalled_s: float | None = None) -> RankTimeout:
+                  world_size: int, stalled_s: float | None = None,
+                  cases: dict[int, str] | None = None) -> RankTimeout:
     """The RankTimeout of a launch: where each rank was (summary first, then whole stacks).
-    `stalled_s`: the launch was found hung before its limit (harness/stall.py)."""
+    `stalled_s`: the launch was found hung before its limit (harness/stall.py); `cases`: the
+    case each live rank was inside (`current_cases`)."""
     if stalled_s is None:
         why = "(deadlock or endless loop?)"
     else:
@@ -137,7 +156,7 @@ def timeout_error(fn_name: str, timeout: float, stacks: dict[int, str],
         lines.append(f"  rank {r}: {summarize_stack(text)}")
     for r, text in stacks.items():
         lines.append(f"--- rank {r}: stack at the timeout ---\n{text}")
-    return RankTimeout("\n".join(lines), stacks=stacks, timeout=timeout)
+    return RankTimeout("\n".join(lines), stacks=stacks, timeout=timeout, cases=cases)
 
 
 def first_failure(procs: list[Any], jobs: list[RankJob], noticed: int, *,
