@@ -52,6 +52,8 @@ CAP_600 = 600 / MB
 # -- specs of each case ------------------------------------------------------------------------
 SGD4 = dict(NET, frozen=["fc2.bias"], cap_mb=CAP_600, optimizer="sgd",
             defaults={"lr": 0.1, "momentum": 0.9}, steps=4, rows=3)
+# every rank's buffer its own (elsewhere it is the same on every rank): the buffer's broadcast
+CONSTRUCT4 = dict(NET, rank_buffer=True, cap_mb=CAP_600, steps=1, rows=1)
 NO_SYNC4 = dict(NET, cap_mb=CAP_600, steps=3, rows=2)  # the 3 "steps" are micro-batches
 LAYOUT_SPECS = [
     dict(NET, frozen=["fc2.bias"], cap_mb=0.0),             # every parameter alone
@@ -278,6 +280,10 @@ def pack_with_bytes(spec: dict, seed: int = 0, reverse: bool = True
     return buckets
 
 
+def buffer_bytes(spec: dict) -> int:
+    return sum(t.numel() * t.element_size() for t in build_model(spec, 0).buffers())
+
+
 def state_bytes(spec: dict) -> int:
     model = build_model(spec, 0)
     return sum(t.numel() * t.element_size()
@@ -359,6 +365,7 @@ def wrapper4(launch: Callable[..., Any], impl: str) -> Launch:
         ({"name": "nosync4", "kind": "no_sync", "spec": NO_SYNC4}, NO_SYNC4, 42),
         ({"name": "layouts", "kind": "layouts", "specs": LAYOUT_SPECS, "seed": 43}, None, 43),
         ({"name": "subgroups", "kind": "subgroups", "spec": SUBGROUPS}, SUBGROUPS, 44),
+        ({"name": "construct4", "kind": "construct", "spec": CONSTRUCT4}, CONSTRUCT4, 45),
     ])
 
 
