@@ -31,21 +31,25 @@ all decide alike), the cases after the failure cannot use them and are reported 
 (`CaseNotRun`, naming the case that failed, its rank and its message) without running; a
 subgroup built inside a case is that case's own. If the others still do not come within
 `sync_timeout` (a loop outside any collective, or NCCL, whose peers cannot be woken this way),
-the rank re-raises its exception, which ends the launch with that cause. The usual failure, a
+the rank re-raises its exception, which ends the launch with that cause. (`launch_cases` then
+makes the launch again without that case.) The usual failure, a
 stub, raises before any communication on every rank alike, so it costs only its case and no
 rebuild. Every rank must run the same cases in the same order; a case may opt out of the
 meeting (`RankCase(meet=False)`), e.g. consecutive cases on disjoint subgroups that should run
 at the same time.
 
-A hang costs its case only. `run_cases` appends to a case log in the rank's folder (the path is
-in `CASE_LOG_ENV`, set by the launcher) a line "start\t<name>" before each case and
-"end\t<name>" after it; when a launch is ended as hung (the stall watch, or its limit), the
-parent reads the last line of every live rank's log (`RankTimeout.cases`). The parent side,
-`launch_cases(make, names)`, then blames the earliest case a live rank was inside and makes
-the launch again (`make(env)`, fresh processes) with that case left out (`SKIP_ENV`): every
-other case runs again from the start, so the values, communication log and wire log a test
-reads come whole from one launch that did not hang. The left-out case gets, on every rank, an
-outcome that raises that RankTimeout (`case_values`), and a case a rank left out unasked fails
+A hang (or a crash) costs its case only. `run_cases` appends to a case log in the rank's folder
+(the path is in `CASE_LOG_ENV`, set by the launcher) a line "start\t<name>" before each case
+and "end\t<name>" after it; when a launch is ended as hung (the stall watch, or its limit) or
+by a rank that failed outside a case's error scope (killed, exited, or giving up at a meeting
+as above), the parent reads the last line of every rank's log (`LaunchError.cases`). The
+parent side, `launch_cases(make, names)`, then blames the earliest case a rank was inside and
+makes the launch again (`make(env)`, fresh processes) with that case left out (`SKIP_ENV`):
+every other case runs again from the start, so the values, communication log and wire log a
+test reads come whole from one launch that ended well (splicing two launches would break the
+wire-against-log check, which is per launch). A ForbiddenCallError is never isolated. The
+left-out case gets, on every rank, an outcome that raises what ended the launch (`case_values`),
+its first line naming the case, and a case a rank left out unasked fails
 as missing. What the rank writes can only choose which case is blamed and left out (it then
 fails), never a passing outcome. A hang that no case can be blamed for (outside every case,
 or a case already left out) ends the launch as before.
@@ -70,7 +74,14 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from harness import calltrace
-from harness.errors import NotImplementedInRank, RankFailure, RankTimeout
+from harness.errors import (
+    ForbiddenCallError,
+    LaunchError,
+    NotImplementedInRank,
+    RankExit,
+    RankFailure,
+    RankTimeout,
+)
 
 __all__ = ["CASE_LOG_ENV", "SKIP_ENV", "Memo", "RankCase", "capture", "case_value",
            "case_values", "launch_cases", "plain", "run_cases", "where"]
@@ -387,11 +398,9 @@ def raise_error(error: Mapping[str, Any], what: str, *, rank: int | None = None,
     details = f"\n--- {where or 'rank'}: traceback ---\n{trace}" if trace else ""
     fields: dict[str, Any] = dict(rank=-1 if rank is None else rank, exc_type=kind,
                                   message=message, traceback=trace, output_tail="")
-    hang = error.get(HUNG_KEY)
-    if isinstance(hang, RankTimeout):  # built by launch_cases in this process, never by a rank
-        lead = f"{what} hung" if what else "the case hung"
-        raise RankTimeout(f"{lead}: {message}", stacks=hang.stacks,
-                          timeout=hang.timeout, cases=hang.cases)
+    ended = error.get(ENDED_KEY)
+    if isinstance(ended, LaunchError):  # built by launch_cases in this process, never by a rank
+        raise _case_error(ended, what or "the case", message)
     if error.get("not_implemented"):
         if function and not first.startswith(function):
             first = f"{function}" + (f" ({first})" if first else "")
@@ -433,19 +442,37 @@ def case_values(rank_outcomes: Sequence[Mapping[str, Any] | None], name: str,
 
 # ---- hangs: the launch again without the hung case ----------------------------------------------
 
-HUNG_KEY = "hung"  # an error's key holding the RankTimeout of a left-out case (parent only)
+ENDED_KEY = "ended"  # an error's key holding what ended the launch in a left-out case (parent)
 MISSING = "CaseMissing"
 
 
-def _blamed(exc: RankTimeout, names: Sequence[str], out: Iterable[str]) -> str | None:
+def _case_error(exc: LaunchError, what: str, message: str) -> LaunchError:
+    """`exc`, the error that ended a launch inside case `what`, again with a first line that
+    names the case (`message`: see `_ended_message`)."""
+    if isinstance(exc, RankTimeout):
+        return RankTimeout(f"{what} hung: {message}", stacks=exc.stacks, timeout=exc.timeout,
+                           cases=exc.cases)
+    if isinstance(exc, RankExit):
+        return RankExit(f"{what}: {message}", rank=exc.rank, exitcode=exc.exitcode,
+                        output_tail=exc.output_tail)
+    if isinstance(exc, RankFailure):
+        return type(exc)(f"{what}: {message}", rank=exc.rank, exc_type=exc.exc_type,
+                         message=exc.message, traceback=exc.traceback,
+                         output_tail=exc.output_tail)
+    return exc
+
+
+def _blamed(exc: LaunchError, names: Sequence[str], out: Iterable[str]) -> str | None:
     """The earliest of `names` (not already left `out`) that a live rank was inside."""
     inside = set(exc.cases.values())
     return next((n for n in names if n in inside and n not in set(out)), None)
 
 
-def _hung_message(exc: RankTimeout, name: str, world_size: int) -> str:
-    """Who waited on what in case `name` (ranks past it named as finished), then the whole
-    report of the launch that was ended."""
+def _ended_message(exc: LaunchError, name: str, world_size: int) -> str:
+    """For a hang: who waited on what in case `name` (ranks past it named as finished), then
+    the whole report of the launch that was ended; else that report."""
+    if not isinstance(exc, RankTimeout):
+        return str(exc)
     from harness.stacks import hang_headline
 
     finished = [r for r, inside in exc.cases.items() if inside != name]
@@ -453,22 +480,26 @@ def _hung_message(exc: RankTimeout, name: str, world_size: int) -> str:
 
 
 def launch_cases(make: Callable[[dict[str, str]], Any], names: Sequence[str]) -> Any:
-    """Make a launch of `run_cases` cases (`names`, in their order) so that a case that hangs
-    costs only itself (see the module doc); the LaunchResult, with each left-out case's outcome
-    on every rank an error that `case_values` raises as its RankTimeout.
+    """Make a launch of `run_cases` cases (`names`, in their order) so that a case that hangs,
+    or ends its launch otherwise (a rank killed or exited inside it, or a rank whose case raised
+    giving up on peers that never came to the meeting after it), costs only itself (see the
+    module doc); the LaunchResult, with each left-out case's outcome on every rank an error
+    that `case_values` raises as what ended the launch (RankTimeout, RankExit, RankFailure),
+    its first line naming the case.
 
     `make(env)` launches (`harness.launcher.launch(..., env=env)`), the rank function calling
-    `run_cases` once with cases named by `names`. A RankTimeout no case can be blamed for is
-    raised, as is every other error of a launch. At most `len(names) + 1` launches are made."""
+    `run_cases` once with cases named by `names`. An error no case can be blamed for is raised,
+    as is a ForbiddenCallError (a forbidden call fails the whole launch) and every other error
+    of a launch. At most `len(names) + 1` launches are made."""
     import dataclasses
 
-    hung: dict[str, RankTimeout] = {}
+    hung: dict[str, LaunchError] = {}
     while True:
         env = {SKIP_ENV: json.dumps(sorted(hung))} if hung else {}
         try:
             result = make(env)
-        except RankTimeout as exc:
-            name = _blamed(exc, names, hung)
+        except (RankTimeout, RankExit, RankFailure) as exc:
+            name = None if isinstance(exc, ForbiddenCallError) else _blamed(exc, names, hung)
             if name is None:
                 raise
             hung[name] = exc
@@ -478,10 +509,10 @@ def launch_cases(make: Callable[[dict[str, str]], Any], names: Sequence[str]) ->
             got = dict(per_rank) if isinstance(per_rank, Mapping) else {}
             for name in names:
                 if name in hung:
-                    got[name] = {"ok": False, "error": {"type": "RankTimeout", "time": 0.0,
-                                                        "message": _hung_message(
-                                                            hung[name], name, world_size),
-                                                        HUNG_KEY: hung[name]}}
+                    got[name] = {"ok": False, "error": {
+                        "type": type(hung[name]).__name__, "time": 0.0,
+                        "message": _ended_message(hung[name], name, world_size),
+                        ENDED_KEY: hung[name]}}
                 elif name not in got:
                     got[name] = {"ok": False, "error": {
                         "type": MISSING, "time": 0.0,

@@ -11,7 +11,14 @@ from typing import Any
 
 
 class LaunchError(AssertionError):
-    """Base class: a multi-rank call did not return cleanly."""
+    """Base class: a multi-rank call did not return cleanly.
+
+    `cases`: for a rank that failed or hung while the ranks ran `harness.cases.run_cases`, the
+    case each rank was inside ({rank: name}, "" between cases), from the ranks' case logs;
+    empty otherwise. It picks the case to leave out (`harness.cases.launch_cases`), never a
+    verdict."""
+
+    cases: dict[int, str] = {}  # never mutated: an instance that has cases gets its own
 
 
 class DiskLimitError(LaunchError):

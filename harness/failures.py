@@ -160,8 +160,9 @@ def timeout_error(fn_name: str, timeout: float, stacks: dict[int, str],
 
 
 def first_failure(procs: list[Any], jobs: list[RankJob], noticed: int, *,
-                  limited: bool = False) -> Exception:
-    """The failure that came first: the earliest error report, else the rank noticed first.
+                  limited: bool = False) -> LaunchError:
+    """The failure that came first: the earliest error report, else the rank noticed first;
+    its `cases` read from every rank's case log (`current_cases`).
 
     `limited`: the ranks ran under the sandbox's memory and process limits (a SIGKILL then
     hints at them)."""
@@ -171,8 +172,12 @@ def first_failure(procs: list[Any], jobs: list[RankJob], noticed: int, *,
         report = _read_error(job.path("error.json"))
         if report is not None:
             reports.append((report["time"], job.rank, report))
+    error: LaunchError
     if reports:
         _, rank, report = min(reports, key=lambda item: (item[0], item[1]))
-        return _failure(jobs[rank], report, world_size)
-    procs[noticed].join(timeout=1)
-    return _exit_error(jobs[noticed], procs[noticed].exitcode, world_size, limited)
+        error = _failure(jobs[rank], report, world_size)
+    else:
+        procs[noticed].join(timeout=1)
+        error = _exit_error(jobs[noticed], procs[noticed].exitcode, world_size, limited)
+    error.cases = current_cases(jobs, set(range(world_size)))
+    return error

@@ -1,5 +1,6 @@
 """harness.cases.launch_cases: a case that hangs costs only itself, on an idle machine and
-beside CPU hogs; a hang outside every case still ends the launch."""
+beside CPU hogs, and so does a case that ends its launch (a rank exits in it); a hang outside
+every case still ends the launch."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from harness import RankFailure, RankTimeout, launch
+from harness import RankExit, RankFailure, RankTimeout, launch
 from harness.cases import case_values, launch_cases, run_cases
 
 NAMES = ("before", "hangs", "after", "also-hangs", "last")
@@ -40,6 +41,19 @@ def rank_hangs_outside_cases(ctx):
     run_cases(ctx, [("fine", lambda: ctx.rank)])
     dist.recv(torch.zeros(1), src=1 - ctx.rank)  # both ranks wait for the other
     return {}
+
+
+def rank_one_case_exits(ctx):
+    """Rank 1 leaves the process inside case "exits" (as a crash would): the launch ends."""
+    import os
+
+    def exits():
+        if ctx.rank == 1:
+            os._exit(3)
+        return ctx.rank
+
+    return run_cases(ctx, [("first", lambda: ctx.rank), ("exits", exits),
+                           ("last", lambda: ctx.rank * 10)])
 
 
 def _outcomes(load: int, names: tuple[str, ...] = NAMES) -> dict[str, str]:
@@ -82,3 +96,12 @@ def test_a_hang_outside_every_case_ends_the_launch():
         launch_cases(lambda env: launch(rank_hangs_outside_cases, world_size=2, env=env,
                                         timeout=60), ["fine"])
     assert info.value.cases == {0: "", 1: ""}
+
+
+def test_a_case_that_ends_its_launch_costs_only_itself():
+    result = launch_cases(lambda env: launch(rank_one_case_exits, world_size=2, env=env,
+                                             timeout=60), ["first", "exits", "last"])
+    assert case_values(result.values, "first") == [0, 1]
+    assert case_values(result.values, "last") == [0, 10]
+    with pytest.raises(RankExit, match=r"^exits: rank 1 of 2 exited with status 3"):
+        case_values(result.values, "exits")
