@@ -35,7 +35,7 @@ from torch import nn
 from grader.compare import Tolerance, bound, steps_bound
 from grader.seeds import drawn_integers, hypothesis_examples, seeded_generator, shifted
 from grader.suites.ddp._ranks import build_model, loss_fn, rank_cases
-from harness.cases import Memo, case_values
+from harness.cases import Memo, case_values, launch_cases
 from harness.launcher import preload
 
 preload("torch._dynamo")  # torch.optim's first use imports it: seconds per rank otherwise
@@ -325,7 +325,7 @@ class Launch:
         return out
 
 
-_LAUNCHES = Memo(hang_timeout=30.0)
+_LAUNCHES = Memo()  # no shorter limit after a hang: the stall watch finds deadlocks
 
 
 def _train_data(spec: dict, seed: int, world_size: int) -> tuple[dict, list[dict]]:
@@ -351,9 +351,11 @@ def _launch(launch: Callable[..., Any], impl: str, key: str, world_size: int,
             inputs[case["name"]] = shared
             for r in range(world_size):
                 rank_data[r][case["name"]] = per_rank[r]
-        result = launch(rank_cases, world_size=world_size, args=([c for c, _, _ in cases],),
-                        rank_args=[(rank_data[r],) for r in range(world_size)],
-                        transport=transport, timeout=_LAUNCHES.timeout(LAUNCH_TIMEOUT))
+        # A case that hangs or ends the launch costs only itself (harness.cases.launch_cases).
+        result = launch_cases(lambda env: launch(
+            rank_cases, world_size=world_size, args=([c for c, _, _ in cases],),
+            rank_args=[(rank_data[r],) for r in range(world_size)], transport=transport,
+            timeout=LAUNCH_TIMEOUT, env=env), [c["name"] for c, _, _ in cases])
         return Launch(result.values, result.wire, inputs, world_size)
 
     return _LAUNCHES.get((impl, key), make)
