@@ -1,7 +1,9 @@
 """Parity: training through the wrapper equals single-process training on the global batch.
 
 The replicas are built from different seeds on every rank (the wrapper must broadcast rank
-0's parameters and its buffer). SGD with momentum on 4 ranks (3 buckets, a frozen bias) and
+0's parameters); their buffer is the same on every rank except in the construction-only case
+"construct4", so that a missing buffer broadcast costs the construction tests alone. SGD with
+momentum on 4 ranks (3 buckets, a frozen bias) and
 plain SGD on 2 ranks (one bucket, the default cap), each rank on its own rows; the reference
 is plain torch on one process over all rows (the mean loss), from rank 0's seed.
 """
