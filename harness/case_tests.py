@@ -12,7 +12,9 @@ module makes both, so a suite never writes them again:
     test_scale_by_two = SCALE.test(2, "by_two")  # worth 2 points: judges case "by_two"
 
 - `run(launch)` makes the launch (with the session's `launch` fixture) and returns whatever
-  the judge reads: the fixture's value, computed once per module and implementation.
+  the judge reads: the fixture's value, computed once per module and implementation. For a
+  launch of several ranks, make it with `harness.cases.launch_cases(lambda env: launch(...,
+  env=env), names)`, so that a case that hangs or ends the launch costs only itself.
 - `judge(value, key, **kw)` raises AssertionError (any `harness` LaunchError is one) unless
   case `key` is right; `test(points, *keys, **kw)` passes `kw` on.
 - `exercises(keys)` names the public functions the cases of `keys` call: the test's

@@ -31,11 +31,28 @@ all decide alike), the cases after the failure cannot use them and are reported 
 (`CaseNotRun`, naming the case that failed, its rank and its message) without running; a
 subgroup built inside a case is that case's own. If the others still do not come within
 `sync_timeout` (a loop outside any collective, or NCCL, whose peers cannot be woken this way),
-the rank re-raises its exception, which ends the launch with that cause. The usual failure, a
+the rank re-raises its exception, which ends the launch with that cause. (`launch_cases` then
+makes the launch again without that case.) The usual failure, a
 stub, raises before any communication on every rank alike, so it costs only its case and no
 rebuild. Every rank must run the same cases in the same order; a case may opt out of the
 meeting (`RankCase(meet=False)`), e.g. consecutive cases on disjoint subgroups that should run
 at the same time.
+
+A hang (or a crash) costs its case only. `run_cases` appends to a case log in the rank's folder
+(the path is in `CASE_LOG_ENV`, set by the launcher) a line "start\t<name>" before each case
+and "end\t<name>" after it; when a launch is ended as hung (the stall watch, or its limit) or
+by a rank that failed outside a case's error scope (killed, exited, or giving up at a meeting
+as above), the parent reads the last line of every rank's log (`LaunchError.cases`). The
+parent side, `launch_cases(make, names)`, then blames the earliest case a rank was inside and
+makes the launch again (`make(env)`, fresh processes) with that case left out (`SKIP_ENV`):
+every other case runs again from the start, so the values, communication log and wire log a
+test reads come whole from one launch that ended well (splicing two launches would break the
+wire-against-log check, which is per launch). A ForbiddenCallError is never isolated. The
+left-out case gets, on every rank, an outcome that raises what ended the launch (`case_values`),
+its first line naming the case, and a case a rank left out unasked fails
+as missing. What the rank writes can only choose which case is blamed and left out (it then
+fails), never a passing outcome. A hang that no case can be blamed for (outside every case,
+or a case already left out) ends the launch as before.
 
 Also here: `plain(value)` (anything to plain data for the trip back), `Memo` (one launch per
 key, its result or its error remembered) and `where(rank, world_size)` (the `[rank r of n]`
@@ -45,6 +62,7 @@ prefix of a message). The test-side factory of one-line tests over a shared laun
 
 from __future__ import annotations
 
+import json
 import numbers
 import os
 import socket
@@ -56,10 +74,17 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from harness import calltrace
-from harness.errors import NotImplementedInRank, RankFailure, RankTimeout
+from harness.errors import (
+    ForbiddenCallError,
+    LaunchError,
+    NotImplementedInRank,
+    RankExit,
+    RankFailure,
+    RankTimeout,
+)
 
-__all__ = ["Memo", "RankCase", "capture", "case_value", "case_values", "plain", "run_cases",
-           "where"]
+__all__ = ["CASE_LOG_ENV", "SKIP_ENV", "Memo", "RankCase", "capture", "case_value",
+           "case_values", "launch_cases", "plain", "run_cases", "where"]
 
 SYNC_TIMEOUT_S = 20.0
 ABORT_AFTER_S = 2.0
@@ -69,6 +94,8 @@ MAX_TRACEBACK_CHARS = 3000
 MAX_PLAIN_DEPTH = 32
 _HARNESS_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _meetings = [0]  # run_cases calls so far in this rank: names each call's store keys
+CASE_LOG_ENV = "MLSYS_CASE_LOG"  # the rank's case log (see the module doc): set by the launcher
+SKIP_ENV = "MLSYS_SKIP_CASES"  # a JSON list of case names that run_cases leaves out
 
 T = TypeVar("T")
 
@@ -285,25 +312,57 @@ def run_cases(ctx: Any, cases: Iterable[RankCase | tuple[str, Callable[[], Any]]
     out: dict[str, dict[str, Any]] = {}
     pending: tuple[str, BaseException] | None = None  # a failure not yet followed by a meeting
     voided = ""  # what failed, once the later cases cannot run
+    skip, log = _skipped(), _CaseLog(os.environ.get(CASE_LOG_ENV, ""))
     for index, case in enumerate(cases):
         if not isinstance(case, RankCase):
             case = RankCase(*case)
         if case.name in out:
             raise ValueError(f"two cases are named {case.name!r}; names must be unique")
+        if case.name in skip:  # it hung in an earlier launch (launch_cases): every rank skips it
+            continue
         if voided:
             out[case.name] = _not_run(voided)
             continue
+        log.write("start", case.name)
         try:
             out[case.name] = {"ok": True, "value": plain(case.fn())}
         except Exception as exc:  # noqa: BLE001 - every failure is the case's outcome
             out[case.name] = {"ok": False, "error": error_data(exc)}
             pending = pending or (case.name, exc)
+        log.write("end", case.name)
         if case.meet and meeting is not None:
             voided = _after_meeting(meeting, f"{meeting.prefix}/{index}", pending)
             pending = None
     if pending is not None and meeting is not None and not voided:
         _after_meeting(meeting, f"{meeting.prefix}/end", pending)
     return out
+
+
+def _skipped() -> frozenset[str]:
+    """The case names `SKIP_ENV` lists (none when unset or malformed)."""
+    try:
+        names = json.loads(os.environ.get(SKIP_ENV, "[]"))
+    except ValueError:
+        return frozenset()
+    return frozenset(n for n in names if isinstance(n, str)) if isinstance(names, list) \
+        else frozenset()
+
+
+class _CaseLog:
+    """The rank's case log (see the module doc): one flushed line per start and end of a case;
+    nothing where no path is set or the file cannot be written."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+
+    def write(self, kind: str, name: str) -> None:
+        if not self._path:
+            return
+        try:
+            with open(self._path, "a", encoding="utf-8") as f:
+                f.write(f"{kind}\t{name}\n")
+        except OSError:
+            self._path = ""
 
 
 def _after_meeting(m: _Meeting, key: str, pending: tuple[str, BaseException] | None) -> str:
@@ -339,6 +398,9 @@ def raise_error(error: Mapping[str, Any], what: str, *, rank: int | None = None,
     details = f"\n--- {where or 'rank'}: traceback ---\n{trace}" if trace else ""
     fields: dict[str, Any] = dict(rank=-1 if rank is None else rank, exc_type=kind,
                                   message=message, traceback=trace, output_tail="")
+    ended = error.get(ENDED_KEY)
+    if isinstance(ended, LaunchError):  # built by launch_cases in this process, never by a rank
+        raise _case_error(ended, what or "the case", message)
     if error.get("not_implemented"):
         if function and not first.startswith(function):
             first = f"{function}" + (f" ({first})" if first else "")
@@ -378,6 +440,88 @@ def case_values(rank_outcomes: Sequence[Mapping[str, Any] | None], name: str,
     return [case_value(o) for o in outcomes]
 
 
+# ---- hangs: the launch again without the hung case ----------------------------------------------
+
+ENDED_KEY = "ended"  # an error's key holding what ended the launch in a left-out case (parent)
+MISSING = "CaseMissing"
+
+
+def _case_error(exc: LaunchError, what: str, message: str) -> LaunchError:
+    """`exc`, the error that ended a launch inside case `what`, again with a first line that
+    names the case (`message`: see `_ended_message`)."""
+    if isinstance(exc, RankTimeout):
+        return RankTimeout(f"{what} hung: {message}", stacks=exc.stacks, timeout=exc.timeout,
+                           cases=exc.cases)
+    if isinstance(exc, RankExit):
+        return RankExit(f"{what}: {message}", rank=exc.rank, exitcode=exc.exitcode,
+                        output_tail=exc.output_tail)
+    if isinstance(exc, RankFailure):
+        return type(exc)(f"{what}: {message}", rank=exc.rank, exc_type=exc.exc_type,
+                         message=exc.message, traceback=exc.traceback,
+                         output_tail=exc.output_tail)
+    return exc
+
+
+def _blamed(exc: LaunchError, names: Sequence[str], out: Iterable[str]) -> str | None:
+    """The earliest of `names` (not already left `out`) that a live rank was inside."""
+    inside = set(exc.cases.values())
+    return next((n for n in names if n in inside and n not in set(out)), None)
+
+
+def _ended_message(exc: LaunchError, name: str, world_size: int) -> str:
+    """For a hang: who waited on what in case `name` (ranks past it named as finished), then
+    the whole report of the launch that was ended; else that report."""
+    if not isinstance(exc, RankTimeout):
+        return str(exc)
+    from harness.stacks import hang_headline
+
+    finished = [r for r, inside in exc.cases.items() if inside != name]
+    return f"{hang_headline(exc.stacks, world_size, finished)}\n{exc}"
+
+
+def launch_cases(make: Callable[[dict[str, str]], Any], names: Sequence[str]) -> Any:
+    """Make a launch of `run_cases` cases (`names`, in their order) so that a case that hangs,
+    or ends its launch otherwise (a rank killed or exited inside it, or a rank whose case raised
+    giving up on peers that never came to the meeting after it), costs only itself (see the
+    module doc); the LaunchResult, with each left-out case's outcome on every rank an error
+    that `case_values` raises as what ended the launch (RankTimeout, RankExit, RankFailure),
+    its first line naming the case.
+
+    `make(env)` launches (`harness.launcher.launch(..., env=env)`), the rank function calling
+    `run_cases` once with cases named by `names`. An error no case can be blamed for is raised,
+    as is a ForbiddenCallError (a forbidden call fails the whole launch) and every other error
+    of a launch. At most `len(names) + 1` launches are made."""
+    import dataclasses
+
+    hung: dict[str, LaunchError] = {}
+    while True:
+        env = {SKIP_ENV: json.dumps(sorted(hung))} if hung else {}
+        try:
+            result = make(env)
+        except (RankTimeout, RankExit, RankFailure) as exc:
+            name = None if isinstance(exc, ForbiddenCallError) else _blamed(exc, names, hung)
+            if name is None:
+                raise
+            hung[name] = exc
+            continue
+        values, world_size = [], len(result.values)
+        for per_rank in result.values:
+            got = dict(per_rank) if isinstance(per_rank, Mapping) else {}
+            for name in names:
+                if name in hung:
+                    got[name] = {"ok": False, "error": {
+                        "type": type(hung[name]).__name__, "time": 0.0,
+                        "message": _ended_message(hung[name], name, world_size),
+                        ENDED_KEY: hung[name]}}
+                elif name not in got:
+                    got[name] = {"ok": False, "error": {
+                        "type": MISSING, "time": 0.0,
+                        "message": "the rank returned no outcome for this case: run_cases "
+                                   "must run every case on every rank"}}
+            values.append(got)
+        return dataclasses.replace(result, values=values)
+
+
 # ---- one launch per key -----------------------------------------------------------------------
 
 class Memo:
@@ -386,8 +530,12 @@ class Memo:
 
     Tests that judge aspects of one launch share it this way, and a launch that failed (a stub,
     a crash, a hang) fails each of them at once with the same reason. `explain(exc)` may
-    rewrite a remembered error. After a RankTimeout, `timeout(t)` shortens later launches to
-    `hang_timeout`: a deadlock is rarely limited to one configuration.
+    rewrite a remembered error.
+
+    `timeout(t)` is `t`: later launches are never given a shorter limit after a RankTimeout (it
+    used to be `hang_timeout`, which suites still pass and which is ignored). A shortened wall
+    clock can end a correct launch on a loaded machine, and a deadlock needs none: the stall
+    watch finds it in seconds (`harness.stall`), and `launch_cases` leaves the hung case out.
     """
 
     def __init__(self, *, explain: Callable[[AssertionError], AssertionError] | None = None,
@@ -395,13 +543,11 @@ class Memo:
         self._outcomes: dict[Hashable, Any] = {}
         self._ran: dict[Hashable, calltrace.Coverage] = {}
         self._explain = explain
-        self._hang_timeout = hang_timeout
+        del hang_timeout  # ignored: see the class doc
         self.seen_timeout = False
 
     def timeout(self, seconds: float) -> float:
-        """`seconds`, or `hang_timeout` if shorter and a launch here already timed out."""
-        if self.seen_timeout and self._hang_timeout is not None:
-            return min(seconds, self._hang_timeout)
+        """`seconds`, also after a timeout here (see the class doc)."""
         return seconds
 
     def get(self, key: Hashable, make: Callable[[], T]) -> T:

@@ -11,7 +11,14 @@ from typing import Any
 
 
 class LaunchError(AssertionError):
-    """Base class: a multi-rank call did not return cleanly."""
+    """Base class: a multi-rank call did not return cleanly.
+
+    `cases`: for a rank that failed or hung while the ranks ran `harness.cases.run_cases`, the
+    case each rank was inside ({rank: name}, "" between cases), from the ranks' case logs;
+    empty otherwise. It picks the case to leave out (`harness.cases.launch_cases`), never a
+    verdict."""
+
+    cases: dict[int, str] = {}  # never mutated: an instance that has cases gets its own
 
 
 class DiskLimitError(LaunchError):
@@ -67,13 +74,18 @@ class RankExit(LaunchError):
 class RankTimeout(LaunchError):
     """The call did not finish within its wall-clock limit.
 
-    `stacks` maps each rank that was still running to its Python stack (faulthandler text).
+    `stacks` maps each rank that was still running to its Python stack (faulthandler text);
+    `cases` maps each of those ranks to the `harness.cases.run_cases` case it was inside when
+    the launch was ended ("" when it was between cases or ran none): read from the rank's case
+    log, so a hint and a case to blame, never a verdict (`harness.cases.launch_cases`).
     """
 
-    def __init__(self, summary: str, *, stacks: dict[int, str], timeout: float) -> None:
+    def __init__(self, summary: str, *, stacks: dict[int, str], timeout: float,
+                 cases: dict[int, str] | None = None) -> None:
         super().__init__(summary)
         self.stacks = stacks
         self.timeout = timeout
+        self.cases = dict(cases or {})
 
 
 class PayloadError(LaunchError):

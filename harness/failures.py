@@ -27,6 +27,7 @@ from harness.rankmain import RankJob
 from harness.stacks import hang_headline, summarize_stack
 
 OUTPUT_TAIL_CHARS = 3000
+CASE_LOG_SUFFIX = "cases"  # rank<r>.cases in the rank's folder: harness.cases's case log
 STACK_DUMP_WAIT_S = 2.0
 
 
@@ -121,10 +122,28 @@ def collect_stacks(procs: list[Any], jobs: list[RankJob], live: set[int]) -> dic
     return stacks
 
 
+CASE_LOG_CHARS = 4096  # the tail of a rank's case log that the parent reads
+
+
+def current_cases(jobs: list[RankJob], live: set[int]) -> dict[int, str]:
+    """{rank: the case it is inside} for the `live` ranks, from the last line of the case log
+    `harness.cases.run_cases` appends to ("start\t<name>" / "end\t<name>"): the name when that
+    line is a start, else "". Hostile data: read capped, never followed through a link."""
+    out: dict[int, str] = {}
+    for r in sorted(live):
+        lines = _tail(jobs[r].path(CASE_LOG_SUFFIX), CASE_LOG_CHARS).splitlines()
+        last = lines[-1] if lines else ""
+        kind, _, name = last.partition("\t")
+        out[r] = name if kind == "start" else ""
+    return out
+
+
 def timeout_error(fn_name: str, timeout: float, stacks: dict[int, str],
-                  world_size: int, stalled_s: float | None = None) -> RankTimeout:
+                  world_size: int, stalled_s: float | None = None,
+                  cases: dict[int, str] | None = None) -> RankTimeout:
     """The RankTimeout of a launch: where each rank was (summary first, then whole stacks).
-    `stalled_s`: the launch was found hung before its limit (harness/stall.py)."""
+    `stalled_s`: the launch was found hung before its limit (harness/stall.py); `cases`: the
+    case each live rank was inside (`current_cases`)."""
     if stalled_s is None:
         why = "(deadlock or endless loop?)"
     else:
@@ -137,12 +156,13 @@ def timeout_error(fn_name: str, timeout: float, stacks: dict[int, str],
         lines.append(f"  rank {r}: {summarize_stack(text)}")
     for r, text in stacks.items():
         lines.append(f"--- rank {r}: stack at the timeout ---\n{text}")
-    return RankTimeout("\n".join(lines), stacks=stacks, timeout=timeout)
+    return RankTimeout("\n".join(lines), stacks=stacks, timeout=timeout, cases=cases)
 
 
 def first_failure(procs: list[Any], jobs: list[RankJob], noticed: int, *,
-                  limited: bool = False) -> Exception:
-    """The failure that came first: the earliest error report, else the rank noticed first.
+                  limited: bool = False) -> LaunchError:
+    """The failure that came first: the earliest error report, else the rank noticed first;
+    its `cases` read from every rank's case log (`current_cases`).
 
     `limited`: the ranks ran under the sandbox's memory and process limits (a SIGKILL then
     hints at them)."""
@@ -152,8 +172,12 @@ def first_failure(procs: list[Any], jobs: list[RankJob], noticed: int, *,
         report = _read_error(job.path("error.json"))
         if report is not None:
             reports.append((report["time"], job.rank, report))
+    error: LaunchError
     if reports:
         _, rank, report = min(reports, key=lambda item: (item[0], item[1]))
-        return _failure(jobs[rank], report, world_size)
-    procs[noticed].join(timeout=1)
-    return _exit_error(jobs[noticed], procs[noticed].exitcode, world_size, limited)
+        error = _failure(jobs[rank], report, world_size)
+    else:
+        procs[noticed].join(timeout=1)
+        error = _exit_error(jobs[noticed], procs[noticed].exitcode, world_size, limited)
+    error.cases = current_cases(jobs, set(range(world_size)))
+    return error

@@ -38,6 +38,7 @@ from harness import (
     rankfiles,
     tempdirs,
 )
+from harness.cases import CASE_LOG_ENV
 from harness.commlog import CommRecord, Forbid
 from harness.errors import (
     DiskLimitError,
@@ -257,7 +258,9 @@ def _launch_once(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[
                         fn_bytes=fn_bytes, args_bytes=args_bytes, rank_args_bytes=own_args[r],
                         uid=uids[r], private_memory=bool(wrapper and wrapper.private_memory),
                         env={**forkserver.rank_env(), **(env or {}),
-                             **{key: os.path.join(workdir, f"rank{r}") for key in private}},
+                             **{key: os.path.join(workdir, f"rank{r}") for key in private},
+                             CASE_LOG_ENV: os.path.join(
+                                 workdir, f"rank{r}", f"rank{r}.{failures.CASE_LOG_SUFFIX}")},
                         threads=_rank_threads,
                         transport=transport, sidecar_token=tokens[r],
                         functional_collectives=functional_collectives,
@@ -502,7 +505,8 @@ def _finish_rank(job: RankJob, pid: int) -> int | None:
     # lstat, one link, blocks on disk (harness/rankfiles.py): a symlink, a hard link shared
     # with the rendezvous folder or a sparse truncate cancels none of the bytes written.
     own_files = rankfiles.own_bytes(job.path(suffix)
-                                    for suffix in ("log", "result.pt", "stack", "error.json"))
+                                    for suffix in ("log", "result.pt", "stack", "error.json",
+                                                   failures.CASE_LOG_SUFFIX))
     return max(0, written - own_files)
 
 
@@ -556,7 +560,8 @@ def _watch(procs: list[Any], jobs: list[RankJob], deadline: float, timeout: floa
             live = set(pending.values())
             stacks = failures.collect_stacks(procs, jobs, live)
             raise failures.timeout_error(fn_name, timeout, stacks, world_size,
-                                         stalled_s=stall.after if hung else None)
+                                         stalled_s=stall.after if hung else None,
+                                         cases=failures.current_cases(jobs, live))
         for sentinel, r in list(pending.items()):
             if os.path.exists(jobs[r].path("result.pt")) and procfs.is_stopped(procs[r].pid):
                 written[r] = _finish_rank(jobs[r], procs[r].pid)

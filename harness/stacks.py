@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Collection
 
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
 _LIBRARY_PARTS = (f"{os.sep}torch{os.sep}", f"{os.sep}multiprocessing", f"{os.sep}threading.py",
@@ -53,13 +54,18 @@ def _ranks(ranks: list[int]) -> str:
     return "ranks " + ", ".join(str(r) for r in ranks)
 
 
-def hang_headline(stacks: dict[int, str], world_size: int) -> str:
+def hang_headline(stacks: dict[int, str], world_size: int,
+                  finished: Collection[int] = ()) -> str:
     """Who waited on what, in one line, from the stacks of the ranks still running (the others
     returned): "rank 0 of 4 waits in all_to_all_single (called from moe.py:88 in backward)
-    while ranks 1-3 returned". Never empty."""
+    while ranks 1-3 returned". `finished`: running ranks known to have finished the hung case
+    (they wait for the others after it), named as such instead of by their stack. Never
+    empty."""
     groups: dict[tuple[str, str], list[int]] = {}
+    done = sorted(r for r in stacks if r in set(finished))
     for rank in sorted(stacks):
-        groups.setdefault(waiting_in(stacks[rank]), []).append(rank)
+        if rank not in done:
+            groups.setdefault(waiting_in(stacks[rank]), []).append(rank)
     parts: list[str] = []
     for (call, caller), ranks in groups.items():
         who = _ranks(ranks) + ("" if parts else f" of {world_size}")
@@ -68,6 +74,10 @@ def hang_headline(stacks: dict[int, str], world_size: int) -> str:
             continue
         verb = "waits" if len(ranks) == 1 else "wait"
         parts.append(f"{who} {verb} in {call}" + (f" (called from {caller})" if caller else ""))
+    if done:
+        verb = "finished" if parts else f"of {world_size} finished"
+        parts.append(f"{_ranks(done)} {verb} the case and wait{'s' if len(done) == 1 else ''} "
+                     f"for the others")
     head = "; ".join(parts) or f"none of {world_size} ranks gave a stack"
     returned = [r for r in range(world_size) if r not in stacks]
     if returned:

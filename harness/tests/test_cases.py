@@ -245,6 +245,20 @@ def test_memo_remembers_values_and_errors():
     assert memo.timeout(60.0) == 60.0
 
 
+def test_memo_never_shortens_a_limit_after_a_hang():
+    """A shorter limit after a RankTimeout could end a correct launch on a loaded machine."""
+    from harness.errors import RankTimeout
+
+    memo = Memo(hang_timeout=5.0)
+
+    def hung():
+        raise RankTimeout("hung", stacks={}, timeout=60.0)
+
+    with pytest.raises(RankTimeout):
+        memo.get("hung", hung)
+    assert memo.seen_timeout and memo.timeout(60.0) == 60.0
+
+
 def test_windows_cut_the_log_at_marks():
     records = [CommRecord(op="send", numel=1), CommRecord(op="mark", label="step 0"),
                CommRecord(op="send", numel=2), CommRecord(op="mark", label="inner"),

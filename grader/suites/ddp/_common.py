@@ -35,7 +35,7 @@ from torch import nn
 from grader.compare import Tolerance, bound, steps_bound
 from grader.seeds import drawn_integers, hypothesis_examples, seeded_generator, shifted
 from grader.suites.ddp._ranks import build_model, loss_fn, rank_cases
-from harness.cases import Memo, case_values
+from harness.cases import Memo, case_values, launch_cases
 from harness.launcher import preload
 
 preload("torch._dynamo")  # torch.optim's first use imports it: seconds per rank otherwise
@@ -52,6 +52,8 @@ CAP_600 = 600 / MB
 # -- specs of each case ------------------------------------------------------------------------
 SGD4 = dict(NET, frozen=["fc2.bias"], cap_mb=CAP_600, optimizer="sgd",
             defaults={"lr": 0.1, "momentum": 0.9}, steps=4, rows=3)
+# every rank's buffer its own (elsewhere it is the same on every rank): the buffer's broadcast
+CONSTRUCT4 = dict(NET, rank_buffer=True, cap_mb=CAP_600, steps=1, rows=1)
 NO_SYNC4 = dict(NET, cap_mb=CAP_600, steps=3, rows=2)  # the 3 "steps" are micro-batches
 LAYOUT_SPECS = [
     dict(NET, frozen=["fc2.bias"], cap_mb=0.0),             # every parameter alone
@@ -278,6 +280,10 @@ def pack_with_bytes(spec: dict, seed: int = 0, reverse: bool = True
     return buckets
 
 
+def buffer_bytes(spec: dict) -> int:
+    return sum(t.numel() * t.element_size() for t in build_model(spec, 0).buffers())
+
+
 def state_bytes(spec: dict) -> int:
     model = build_model(spec, 0)
     return sum(t.numel() * t.element_size()
@@ -319,7 +325,7 @@ class Launch:
         return out
 
 
-_LAUNCHES = Memo(hang_timeout=30.0)
+_LAUNCHES = Memo()  # no shorter limit after a hang: the stall watch finds deadlocks
 
 
 def _train_data(spec: dict, seed: int, world_size: int) -> tuple[dict, list[dict]]:
@@ -345,9 +351,11 @@ def _launch(launch: Callable[..., Any], impl: str, key: str, world_size: int,
             inputs[case["name"]] = shared
             for r in range(world_size):
                 rank_data[r][case["name"]] = per_rank[r]
-        result = launch(rank_cases, world_size=world_size, args=([c for c, _, _ in cases],),
-                        rank_args=[(rank_data[r],) for r in range(world_size)],
-                        transport=transport, timeout=_LAUNCHES.timeout(LAUNCH_TIMEOUT))
+        # A case that hangs or ends the launch costs only itself (harness.cases.launch_cases).
+        result = launch_cases(lambda env: launch(
+            rank_cases, world_size=world_size, args=([c for c, _, _ in cases],),
+            rank_args=[(rank_data[r],) for r in range(world_size)], transport=transport,
+            timeout=LAUNCH_TIMEOUT, env=env), [c["name"] for c, _, _ in cases])
         return Launch(result.values, result.wire, inputs, world_size)
 
     return _LAUNCHES.get((impl, key), make)
@@ -359,6 +367,7 @@ def wrapper4(launch: Callable[..., Any], impl: str) -> Launch:
         ({"name": "nosync4", "kind": "no_sync", "spec": NO_SYNC4}, NO_SYNC4, 42),
         ({"name": "layouts", "kind": "layouts", "specs": LAYOUT_SPECS, "seed": 43}, None, 43),
         ({"name": "subgroups", "kind": "subgroups", "spec": SUBGROUPS}, SUBGROUPS, 44),
+        ({"name": "construct4", "kind": "construct", "spec": CONSTRUCT4}, CONSTRUCT4, 45),
     ])
 
 

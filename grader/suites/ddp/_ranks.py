@@ -46,6 +46,9 @@ class Tap(torch.autograd.Function):
         return grad, None
 
 
+BUFFER_SEED = 2718
+
+
 class Net(nn.Module):
     """fc1 -> tap -> tanh(+shift) [-> dropout] -> fc2 [-> norm] -> tanh -> head [+ extra].
 
@@ -64,7 +67,10 @@ class Net(nn.Module):
         self.head = nn.Linear(hidden, n_out)
         self.extra = nn.Linear(hidden, n_out) if spec.get("extra") else None
         self.ghost = nn.Linear(hidden, 2) if spec.get("ghost") else None
-        self.register_buffer("shift", 0.1 * torch.randn(hidden))
+        shift = 0.1 * torch.randn(hidden)  # drawn either way: the seed's stream stays the same
+        if not spec.get("rank_buffer"):
+            shift = 0.1 * torch.randn(hidden, generator=torch.Generator().manual_seed(BUFFER_SEED))
+        self.register_buffer("shift", shift)
         self.p_drop = float(spec.get("dropout", 0.0))
         self.on_tap: Callable[[], None] | None = None
         self.use_extra = False  # what forward does when not told
@@ -282,6 +288,14 @@ def case_bf16(ctx: Any, probe: Probe, mod: Any, name: str, spec: dict, data: dic
             "waits": dict(probe.waits), "futures": dict(probe.futures)}
 
 
+def case_construct(ctx: Any, probe: Probe, mod: Any, name: str, spec: dict, data: dict) -> dict:
+    """Only the constructor, on a replica whose buffer is this rank's own too: its state after."""
+    model = build_model(spec, data["init_seed"])
+    probe.mark(f"{name} construct")
+    mod.DistributedDataParallel(model, bucket_cap_mb=spec["cap_mb"])
+    return {"after_construct": state_of(model)}
+
+
 def case_subgroups(ctx: Any, probe: Probe, mod: Any, name: str, spec: dict, data: dict) -> dict:
     """Ranks {0, 1} and {2, 3} each wrap their replica over their own process group."""
     groups = [ctx.new_group([0, 1]), ctx.new_group([2, 3])]
@@ -482,7 +496,7 @@ def case_world_of_one(mod: Any, spec: dict, data: dict) -> dict:
 
 # -- the launches' rank functions --------------------------------------------------------------
 WRAPPER_CASES = {"train": case_train, "no_sync": case_no_sync, "unused": case_unused,
-                 "bf16": case_bf16, "subgroups": case_subgroups}
+                 "bf16": case_bf16, "subgroups": case_subgroups, "construct": case_construct}
 TRAINER_CASES = {"accumulate": case_accumulate, "checkpoint": case_checkpoint}
 
 

@@ -18,6 +18,7 @@ from grader.suites.ddp._common import (
     RANDOM_LAYOUTS,
     SGD4,
     allreduces,
+    buffer_bytes,
     describe_kinds,
     pack,
     pack_with_bytes,
@@ -154,6 +155,10 @@ def test_construction_broadcasts_only(run):
             f"{where(rank, run.world_size)} the constructor made {describe_kinds(others)}; it "
             f"only broadcasts rank 0's parameters and buffers (README §6)")
         got = sum(r.bytes for r in records)
+        assert got != expected - buffer_bytes(SGD4), (
+            f"{where(rank, run.world_size)} the constructor broadcast the parameters but not "
+            f"the buffers ({got} bytes, expected {expected}): broadcast every buffer too "
+            f"(README §6)")
         assert got == expected, (
             f"{where(rank, run.world_size)} the constructor broadcast {got} bytes, expected "
             f"{expected}: every parameter (frozen ones too) and every buffer, once (README §6)")

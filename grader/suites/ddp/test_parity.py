@@ -1,7 +1,9 @@
 """Parity: training through the wrapper equals single-process training on the global batch.
 
 The replicas are built from different seeds on every rank (the wrapper must broadcast rank
-0's parameters and its buffer). SGD with momentum on 4 ranks (3 buckets, a frozen bias) and
+0's parameters); their buffer is the same on every rank except in the construction-only case
+"construct4", so that a missing buffer broadcast costs the construction tests alone. SGD with
+momentum on 4 ranks (3 buckets, a frozen bias) and
 plain SGD on 2 ranks (one bucket, the default cap), each rank on its own rows; the reference
 is plain torch on one process over all rows (the mean loss), from rank 0's seed.
 """
@@ -13,6 +15,7 @@ import torch
 
 from grader.compare import assert_close
 from grader.suites.ddp._common import (
+    CONSTRUCT4,
     SGD2,
     SGD4,
     SUBGROUPS,
@@ -20,6 +23,7 @@ from grader.suites.ddp._common import (
     grad_tol,
     local_grads,
     reference_train,
+    state_of,
     training_tol,
     wrapper2,
     wrapper4,
@@ -52,11 +56,19 @@ def test_construction_broadcasts_rank_0_state(runs):
     run = runs["sgd4"]()
     values = run.values("sgd4", "DistributedDataParallel training")
     initial = reference(SGD4, run, "sgd4")[0]
-    for rank, value in enumerate(values):
-        for name, tensor in initial.items():
-            assert torch.equal(value["after_construct"][name], tensor), (
-                f"{where(rank, run.world_size)} {name} after construction is not rank 0's: "
-                f"broadcast every parameter and buffer from rank 0 in the constructor")
+    # A replica whose buffer differs by rank too (elsewhere the buffer is the same on every
+    # rank, so that a missing buffer broadcast costs this test only).
+    own = run.values("construct4", "DistributedDataParallel construction")
+    own_initial = state_of(build_model(CONSTRUCT4, run.inputs["construct4"]["seed"]))
+    buffers = {n for n, _ in build_model(CONSTRUCT4, 0).named_buffers()}
+    for per_rank, reference_state in ((values, initial), (own, own_initial)):
+        for rank, value in enumerate(per_rank):
+            for name, tensor in reference_state.items():
+                kind = "buffer" if name in buffers else "parameter"
+                assert torch.equal(value["after_construct"][name], tensor), (
+                    f"{where(rank, run.world_size)} {kind} {name} after construction is not "
+                    f"rank 0's: broadcast every parameter and every buffer from rank 0 in the "
+                    f"constructor (README §6)")
 
 
 @pytest.mark.points(3)

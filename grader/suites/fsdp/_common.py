@@ -25,7 +25,7 @@ from torch import nn
 
 from grader.seeds import seeded_generator, shifted
 from harness import Forbid
-from harness.cases import Memo, case_value
+from harness.cases import Memo, case_value, launch_cases
 from harness.launcher import preload
 
 # torch.optim imports torch._dynamo on first use, FSDP2 and DCP take a second more per rank:
@@ -33,7 +33,9 @@ from harness.launcher import preload
 preload("torch._dynamo", "torch.distributed.fsdp", "torch.distributed.checkpoint",
         "torch.distributed.checkpoint.state_dict", "torch.distributed.tensor")
 LAUNCH_TIMEOUT = 180.0
-MEMO = Memo(hang_timeout=40.0)
+# No shorter limit after a hang: a deadlock is found by the stall watch in seconds, and a
+# shortened wall clock could end a correct launch on a loaded machine.
+MEMO = Memo()
 
 # -- Part 1: the ZeRO-3 model --------------------------------------------------------------
 D = 45  # a unit: fc.weight 45x45, fc.bias 45, scale 1 = 2071 elements: padding for N = 2, 4
@@ -188,14 +190,37 @@ def z3_reference(name: str, seed: int, x: torch.Tensor, y: torch.Tensor) -> dict
     return {"grads": grads, "history": history}
 
 
+LATER = " steps 2+"  # the case of a configuration's later steps: "<name> steps 2+"
+
+
 def rank_zero3(ctx: Any, seed: int, x: torch.Tensor, y: torch.Tensor) -> dict:
-    """Both Zero3 configurations, each in its own error scope; marks name every phase."""
+    """Both Zero3 configurations, each as two cases in their own error scopes: "<name>" (the
+    construction and step 1, with its memory probes and gradients) and "<name> steps 2+" (the
+    later steps and the gathered state), so that a crash in a later step keeps step 1's
+    evidence. Marks name every phase."""
     from harness.cases import run_cases
 
     zero3 = ctx.impl_module("fsdp", "zero3")
     threshold = int(0.6 * UNIT_NUMEL * 8)
+    state: dict[str, Any] = {}
 
-    def train(name: str) -> dict:
+    def step(name: str, s: int) -> None:
+        wrapped, opt = state[name]
+        ctx.mark(f"{name} step{s} forward")
+        loss = ((wrapped(x[s]) - y[s]) ** 2).mean()
+        ctx.mark(f"{name} step{s} backward")
+        loss.backward()
+        ProbeLinear.probe = None
+        if s == 0:
+            out = state[f"{name} out"]
+            out["after_backward"] = live_bytes(threshold, state[f"{name} before"])
+            out["grads"] = [None if p.grad is None else p.grad.detach().clone()
+                            for p in wrapped.shards]
+        ctx.mark(f"{name} step{s} optimizer")
+        opt.step()
+        opt.zero_grad()
+
+    def first(name: str) -> dict:
         reshard, kind, hyper = Z3_CONFIGS[name]
         before = live_storages(threshold)  # e.g. what an earlier case returned
         model = build_z3(seed)
@@ -205,40 +230,44 @@ def rank_zero3(ctx: Any, seed: int, x: torch.Tensor, y: torch.Tensor) -> dict:
         opt = make_optimizer(kind, wrapped.parameters(), hyper)
         probes: list[int] = []
         out: dict[str, Any] = {"param_is_shard": [id(s) for s in shards] == param_ids,
-                               "shard_numel": [s.numel() for s in shards]}
-        for s in range(x.shape[0]):
+                               "shard_numel": [s.numel() for s in shards], "probes": probes}
+        state[name], state[f"{name} out"], state[f"{name} before"] = (wrapped, opt), out, before
+        ProbeLinear.probe = lambda: probes.append(live_bytes(threshold, before))
+        try:
+            step(name, 0)
+        finally:
             ProbeLinear.probe = None
-            if s == 0:
-                ProbeLinear.probe = lambda: probes.append(live_bytes(threshold, before))
-            ctx.mark(f"{name} step{s} forward")
-            loss = ((wrapped(x[s]) - y[s]) ** 2).mean()
-            ctx.mark(f"{name} step{s} backward")
-            loss.backward()
-            ProbeLinear.probe = None
-            if s == 0:
-                out["after_backward"] = live_bytes(threshold, before)
-                out["grads"] = [None if p.grad is None else p.grad.detach().clone()
-                                for p in shards]
-            ctx.mark(f"{name} step{s} optimizer")
-            opt.step()
-            opt.zero_grad()
+        return out
+
+    def later(name: str) -> dict:
+        if name not in state:
+            raise RuntimeError(f"not run: Zero3 ({name}) failed in its construction")
+        wrapped, _ = state[name]
+        for s in range(1, x.shape[0]):
+            step(name, s)
         ctx.mark(f"{name} gather")
-        out["probes"] = probes
-        out["shards"] = [p.detach().clone() for p in shards]
-        out["full"] = wrapped.full_state_dict()
+        out = {"shards": [p.detach().clone() for p in wrapped.shards],
+               "full": wrapped.full_state_dict()}
         ctx.mark(f"{name} done")
         return out
 
-    return run_cases(ctx, [(name, lambda name=name: train(name)) for name in Z3_CONFIGS])
+    cases: list[tuple[str, Any]] = []
+    for name in Z3_CONFIGS:
+        cases += [(name, lambda name=name: first(name)),
+                  (name + LATER, lambda name=name: later(name))]
+    return run_cases(ctx, cases)
 
 
 def launch_zero3(launch: Any, impl: Any) -> Any:
+    """The "zero3" launch; a case that hangs or ends the launch costs only itself
+    (`harness.cases.launch_cases`)."""
     def make() -> Any:
         x, y = z3_data(Z3_WORLD)
         seed = shifted(Z3_SEED)
-        result = launch(rank_zero3, Z3_WORLD, args=(seed,), rank_args=per_rank(x, y, Z3_WORLD),
-                        forbid=z3_forbid(), transport="sidecar",
-                        timeout=MEMO.timeout(LAUNCH_TIMEOUT))
+        names = [n for name in Z3_CONFIGS for n in (name, name + LATER)]
+        result = launch_cases(lambda env: launch(
+            rank_zero3, Z3_WORLD, args=(seed,), rank_args=per_rank(x, y, Z3_WORLD),
+            forbid=z3_forbid(), transport="sidecar", timeout=LAUNCH_TIMEOUT, env=env), names)
         refs = {name: z3_reference(name, seed, x, y) for name in Z3_CONFIGS}
         return result, refs
     return MEMO.get(("zero3", impl), make)
@@ -253,13 +282,30 @@ def flat_of(params: dict[str, torch.Tensor], world_size: int, block: int) -> tor
     return torch.cat([flat, flat.new_zeros(world_size * shard - flat.numel())])
 
 
-def z3_case(launch: Any, impl: Any, name: str) -> tuple[Any, list[dict], dict]:
+def z3_case(launch: Any, impl: Any, name: str, whole: bool = True
+            ) -> tuple[Any, list[dict], dict]:
     """(launch result, the case's value per rank, the reference); raises the case's error (not
-    implemented, a crash) in the test that reads it."""
+    implemented, a crash) in the test that reads it. `whole=False`: step 1's evidence only
+    (construction, step-1 probes and gradients), which a crash in a later step keeps."""
     result, refs = launch_zero3(launch, impl)
-    values = [case_value(v[name], f"Zero3 ({name})", rank=r, world_size=Z3_WORLD)
+    values = [dict(case_value(v[name], f"Zero3 ({name})", rank=r, world_size=Z3_WORLD))
               for r, v in enumerate(result.values)]
+    if whole:
+        for r, v in enumerate(result.values):
+            values[r].update(case_value(v[name + LATER], f"Zero3 ({name}) in steps 2-{Z3_STEPS}",
+                                        rank=r, world_size=Z3_WORLD))
     return result, values, refs[name]
+
+
+def z3_steps(launch: Any, impl: Any, name: str) -> list[int]:
+    """The steps of configuration `name` whose communication can be judged: every step, or
+    step 1 alone (index 0) when a later step raised; step 1's error is raised."""
+    z3_case(launch, impl, name, whole=False)
+    try:
+        z3_case(launch, impl, name)
+    except AssertionError:
+        return [0]
+    return list(range(Z3_STEPS))
 
 
 # -- Part 2: the FSDP2 model ---------------------------------------------------------------

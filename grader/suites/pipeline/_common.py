@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from grader.compare import assert_close, tolerance
 from grader.seeds import seeded_generator
 from harness import P2P_APIS, Forbid, RankTimeout
-from harness.cases import Memo
+from harness.cases import Memo, case_values, launch_cases
 from harness.launcher import preload
 from harness.stacks import waiting_in
 
@@ -37,8 +37,8 @@ preload("torch._dynamo")
 DTYPE = torch.float64
 BACKEND = "gloo"
 TRANSPORT = "sidecar"  # the wire log that decides order and bytes is kept outside the rank
-TIMEOUT_S = 90.0
-HANG_TIMEOUT_S = 20.0
+TIMEOUT_S = 90.0  # a wall-clock limit for a loop that spins; a deadlock is found by the stall
+# watch (every rank asleep), and a hung case is left out of the launch made again
 LR = 0.1
 P2P_ONLY = Forbid(allow_only=P2P_APIS, rule=(
     "pipeline stages talk only point-to-point (isend/send, recv/irecv) to their neighbours"))
@@ -486,23 +486,28 @@ def train_error_cases(ctx, mod) -> list:
             for name, kw in zip(TRAIN_ERRORS, changes)]
 
 
+# After who waited on what (harness.stacks), in the 200 characters a reason keeps: fix first.
+HANG_SEND_HINT = ("post sends with dist.isend (a blocking send waits for its neighbour, which "
+                  "sends too) and wait for them at the end of the step")
+HANG_RECV_HINT = ("check each stage's warm-up count, min(p - stage - 1, m) forwards; no stage "
+                  "waits in a send, so one waits for a message its neighbour never sends")
+
+
 def hang_hint(exc: RankTimeout) -> str:
-    """The cause of a hung train_step, from where the ranks waited (harness.stacks): the
+    """The likely fix of a hung train_step, from where the ranks waited (harness.stacks): the
     blocking-send hint only when a stage is blocked in a send."""
     if any(waiting_in(text)[0] == "send" for text in exc.stacks.values()):
-        return ("train_step hung (a deadlock): a stage blocks in dist.send while its "
-                "neighbour sends too; post sends with dist.isend and wait for them at the end "
-                "of the step")
-    return ("train_step hung (a deadlock) with no stage blocked in a send: a stage waits for "
-            "a message its neighbour never sends; check each stage's warm-up count (p - s - 1 "
-            "forwards before 1F1B's steady state) and that every send has its recv")
+        return HANG_SEND_HINT
+    return HANG_RECV_HINT
 
 
 def explain(exc: AssertionError) -> AssertionError:
-    """A first line that names the likely cause of the failures students hit most."""
+    """A first line that names the likely cause of the failures students hit most. A hung
+    case's first line is who waited on what (from the stacks, `harness.cases`), then the fix."""
     text = str(exc)
     if isinstance(exc, RankTimeout):
-        return AssertionError(f"{hang_hint(exc)} — {text}")
+        first, _, rest = text.partition("\n")
+        return AssertionError(f"{first}: {hang_hint(exc)}\n{rest}")
     if "second time" in text or "freed" in text:
         return AssertionError(
             "train_step ran a backward on a graph that was already used: keep every in-flight "
@@ -511,19 +516,30 @@ def explain(exc: AssertionError) -> AssertionError:
     return exc
 
 
-TRAIN = Memo(explain=explain, hang_timeout=HANG_TIMEOUT_S)
+TRAIN = Memo(explain=explain)
 
 
 def train_runs(launch: Callable[..., Any], impl: Any, cases: Sequence[TrainCase]) -> Any:
     """One launch (sidecar transport, point-to-point only) for cases of the same p, memoised
     per implementation (`impl`, the session's --impl); the 2-stage one runs the bad-argument
-    cases first."""
+    cases first. A case that hangs costs only itself: the launch is made again without it
+    (`harness.cases.launch_cases`), and judging it raises its RankTimeout."""
     key = (impl, tuple(cases))
     p = cases[0].p
-    return TRAIN.get(key, lambda: launch(
+    names = [*(TRAIN_ERRORS if p == 2 else ()), *(c.name for c in cases)]
+    return TRAIN.get(key, lambda: launch_cases(lambda env: launch(
         rank_train, p, args=([{**asdict(c), "name": c.name} for c in cases],
                              [make_data(c) for c in cases], p == 2),
-        backend=BACKEND, transport=TRANSPORT, forbid=P2P_ONLY, timeout=TRAIN.timeout(TIMEOUT_S)))
+        backend=BACKEND, transport=TRANSPORT, forbid=P2P_ONLY, timeout=TIMEOUT_S, env=env),
+        names))
+
+
+def train_values(result: Any, name: str, what: str) -> list[Any]:
+    """`case_values` of one train_step case, a hang's or a used graph's error explained."""
+    try:
+        return case_values(result.values, name, what)
+    except AssertionError as exc:
+        raise explain(exc) from None
 
 
 # ---- judging train_step --------------------------------------------------------------------------
