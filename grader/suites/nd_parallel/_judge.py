@@ -67,8 +67,9 @@ def describe_groups(allowed: dict[str, tuple[int, ...]]) -> str:
 
 
 def wire_diagnosis(result: Any, rank: int, name: str, mesh: dict[str, int],
-                   grad_bytes: int | None, steps: int) -> str:
-    """The cause the wire shows for case `name` on `rank`, or "" (README §8's budget)."""
+                   grad_bytes: int | None, steps: int, act_bytes: int) -> str:
+    """The cause the wire shows for case `name` on `rank`, or "" (README §8's budget).
+    `act_bytes`: the size of one activation all-reduce of the TP layers ([rows, hidden])."""
     world = len(result.wire)
     records = window(result, rank, name)
     allowed = axis_groups_of(mesh, rank)
@@ -80,6 +81,12 @@ def wire_diagnosis(result: Any, rank: int, name: str, mesh: dict[str, int],
     if mesh["tp"] > 1 and bytes_on(records, allowed["tp"]) == 0:
         return (f"{where(rank, world)} nothing ran on the TP group {list(allowed['tp'])}: "
                 f"give tp_group (not a DP group) to the TP layers")
+    odd = next((w for w in records if tuple(w.group_ranks) == allowed["tp"] and
+                w.bytes != act_bytes), None)
+    if odd is not None:
+        return (f"{where(rank, world)} a {odd.bytes} B {odd.kind} ran on the TP group "
+                f"{list(allowed['tp'])}: only the TP layers' {act_bytes} B activations belong "
+                f"there (b2's gradient is already whole on every TP rank)")
     if grad_bytes is not None and mesh.get("dp", 1) > 1 and "zero" not in mesh:
         got = bytes_on(records, allowed["dp"])
         if got != steps * grad_bytes:

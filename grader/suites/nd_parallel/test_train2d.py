@@ -35,6 +35,10 @@ def _grad_bytes(shards: dict) -> int:
     return sum(t.numel() * t.element_size() for t in shards.values())
 
 
+def _act_bytes(replicas: int) -> int:
+    return C.MODEL["batch"] // replicas * C.MODEL["hidden"] * 8  # float64 [rows, hidden]
+
+
 def _parity(launch, impl, label: str) -> None:
     name = f"train_2d {label}"
     result = run(launch, impl, "four")
@@ -45,7 +49,8 @@ def _parity(launch, impl, label: str) -> None:
     for r in range(WORLD):
         j = R.coords_ref(r, mesh)["tp"]
         shards = R.shard_ref(want["final"], j, mesh["tp"])
-        cause = wire_diagnosis(result, r, name, mesh, _grad_bytes(shards), C.MODEL["steps"])
+        cause = wire_diagnosis(result, r, name, mesh, _grad_bytes(shards), C.MODEL["steps"],
+                               _act_bytes(mesh["dp"]))
         check_shards(got[r]["shards"], shards, f"{where(r, WORLD)} train_2d({label})", tol,
                      cause or HINT)
 

@@ -41,7 +41,8 @@ def _parity(launch, impl, label: str) -> None:
     tol = parity_tol(want["magnitude"], C.MODEL["steps"])
     for r in range(WORLD):
         j = R.coords_ref(r, mesh)["tp"]
-        cause = wire_diagnosis(result, r, name, mesh, None, C.MODEL["steps"])
+        act = C.MODEL["batch"] // (mesh["dp"] * mesh["zero"]) * C.MODEL["hidden"] * 8
+        cause = wire_diagnosis(result, r, name, mesh, None, C.MODEL["steps"], act)
         check_shards(got[r]["shards"], R.shard_ref(want["final"], j, mesh["tp"]),
                      f"{where(r, WORLD)} train_3d({label})", tol, cause or HINT)
 
