@@ -1,0 +1,1 @@
+"""Hidden suite of nd_parallel (never shipped to students)."""
