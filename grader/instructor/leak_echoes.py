@@ -23,6 +23,10 @@ ECHO_CHECKS: tuple[tuple[str, str, str], ...] = (
      "with scores this large each query sees one key: its output is that key's value row"),
     ("triton_kernels/test_paged_decode.py::test_length_one", "['args'][2]",
      "attention over one cached token returns its value row"),
+    ("nd_parallel/test_public.py::test_shard_params_like_megatron", "args[0]",
+     "shard_params returns slices of the dense parameters it was given"),
+    ("nd_parallel/test_shard.py::test_shard_params_cuts_like_megatron", "['params']",
+     "shard_params returns slices of the dense parameters it was given"),
 )
 
 

@@ -35,11 +35,15 @@ RESOLVE_BAD: dict[str, tuple[dict[str, Any], int]] = {
     "empty world=1": ({}, 1),
     "a=2.0 world=2": ({"a": 2.0}, 2),
     "a=-2,b=-2 world=4": ({"a": -2, "b": -2}, 4),
+    "a=True world=1 (bool)": ({"a": True}, 1),
+    "empty axis name": ({"": 2}, 2),
+    "axis name 1 (not a str)": ({1: 2}, 2),
 }
 COORDS_BAD: dict[str, tuple[int, dict[str, int]]] = {
     "rank=4 of dp=2,tp=2": (4, {"dp": 2, "tp": 2}),
     "rank=-1 of dp=2,tp=2": (-1, {"dp": 2, "tp": 2}),
     "rank=0 of a=0": (0, {"a": 0}),
+    "rank=0 of a=-1,b=2 (-1 needs a world size)": (0, {"a": -1, "b": 2}),
 }
 RANK_BAD: dict[str, tuple[dict[str, int], dict[str, int]]] = {
     "dp=2 outside dp=2,tp=2": ({"dp": 2, "tp": 0}, {"dp": 2, "tp": 2}),
@@ -72,6 +76,7 @@ SHARD_CASES: dict[str, dict[str, int]] = {
 SHARD_BAD: dict[str, dict[str, int]] = {
     "ffn=6 over tp=4": {"blocks": 1, "hidden": 2, "ffn": 6, "t": 4, "j": 0},
     "rank=2 of tp=2": {"blocks": 1, "hidden": 2, "ffn": 4, "t": 2, "j": 2},
+    "rank=-1 of tp=2": {"blocks": 1, "hidden": 2, "ffn": 4, "t": 2, "j": -1},
 }
 
 # ---- multi-rank: build_mesh and training ------------------------------------------------------
@@ -121,6 +126,14 @@ MODELS: dict[str, dict[str, int]] = {
            "vocab": 128256, "seq": 2048},
     "175B": {"layers": 96, "hidden": 12288, "ffn": 32768, "heads": 96, "kv_heads": 96,
              "vocab": 50257, "seq": 2048},
+    # 36 heads: TP = 8 does not divide them.
+    "7B-36-heads-16K": {"layers": 32, "hidden": 4608, "ffn": 12288, "heads": 36, "kv_heads": 4,
+                        "vocab": 64000, "seq": 16384},
+    "200B-36-heads": {"layers": 160, "hidden": 9216, "ffn": 36864, "heads": 36, "kv_heads": 4,
+                      "vocab": 64000, "seq": 4096},
+    # 13 layers: no pipeline on 8 GPUs, so only ZeRO can shard the state.
+    "5B-13-layers": {"layers": 13, "hidden": 6144, "ffn": 16384, "heads": 48, "kv_heads": 8,
+                     "vocab": 32000, "seq": 1024},
 }
 
 
@@ -136,9 +149,17 @@ def a100_40(n: int) -> dict[str, float]:
             "inter_alpha": 15e-6, "inter_bw": 12.5 * GB}
 
 
+def pcie_16(n: int) -> dict[str, float]:
+    """One 16 GB GPU per node: no NVLink, so TP is 1."""
+    return {"n_gpus": n, "gpus_per_node": 1, "gpu_memory": 16 * GB, "peak_flops": 100e12,
+            "hbm_bw": 0.5e12, "intra_alpha": 2e-6, "intra_bw": 16 * GB,
+            "inter_alpha": 20e-6, "inter_bw": 12.5 * GB}
+
+
 CLUSTERS: dict[str, dict[str, float]] = {
     "h100x512": h100(512), "h100x8": h100(8), "h100x64": h100(64),
     "a100-40x64": a100_40(64), "a100-40x16": a100_40(16), "h100x1024": h100(1024),
+    "pcie16x8": pcie_16(8),
 }
 
 
@@ -170,6 +191,9 @@ LAYOUT_BAD: dict[str, tuple[str, str, dict[str, Any], int]] = {
     "layers=80 over pp=3": ("70B", "h100x512", lay(8, 3, 16, 1), 480),
     "batch=100 over dp=16": ("70B", "h100x512", lay(8, 4, 16, 1), 100),
     "zero=4": ("70B", "h100x512", lay(8, 4, 16, 4), 512),
+    "micro_batch=0": ("70B", "h100x512", lay(8, 4, 16, 1, False, 0), 512),
+    "tp=0": ("70B", "h100x512", lay(0, 4, 16, 1), 512),
+    "global batch 0": ("70B", "h100x512", lay(8, 4, 16, 1), 0),
 }
 COMM_BAD = {"tp*pp*dp=256 on 512 GPUs": ("70B", "h100x512", lay(8, 2, 16, 1), 512)}
 COLLECTIVES: list[tuple[str, float, int, float, float]] = [
@@ -178,7 +202,8 @@ COLLECTIVES: list[tuple[str, float, int, float, float]] = [
     ("send", 67.1e6, 2, 1e-5, 25e9), ("all_reduce", 1e6, 1, 1e-5, 25e9),
     ("reduce_scatter", 5e5, 2, 1e-5, 25e9), ("all_gather", 0.0, 8, 3e-6, 450e9),
 ]
-COLLECTIVES_BAD = [("broadcast", 1e6, 4, 1e-5, 1e9), ("all_reduce", 1e6, 0, 1e-5, 1e9)]
+COLLECTIVES_BAD = [("broadcast", 1e6, 4, 1e-5, 1e9), ("all_reduce", 1e6, 0, 1e-5, 1e9),
+                   ("all_gather", -1.0, 4, 1e-5, 1e9), ("reduce_scatter", 1e6, 4, 1e-5, 0.0)]
 BUBBLES = [(4, 32), (1, 8), (8, 8), (2, 1), (16, 64), (3, 5)]
 # Named scenarios for best_layout: (model, cluster, global batch, micro batch).
 SCENARIOS: dict[str, tuple[str, str, int, int]] = {
@@ -188,6 +213,9 @@ SCENARIOS: dict[str, tuple[str, str, int, int]] = {
     "13B on 64 A100-40GB": ("13B-MHA", "a100-40x64", 256, 1),
     "1B on 16 A100-40GB micro_batch=2": ("1B", "a100-40x16", 64, 2),
     "175B on 16 A100-40GB (nothing fits)": ("175B", "a100-40x16", 64, 1),
+    "5B-13-layers on 8 PCIe 16GB (ZeRO-3)": ("5B-13-layers", "pcie16x8", 16, 1),
+    "8B at 128K tokens on 8 H100 (recompute)": ("8B-128K", "h100x8", 8, 1),
+    "36 heads at 16K on 64 H100 (no TP=8)": ("7B-36-heads-16K", "h100x64", 16, 1),
 }
 # (model, cluster, tp, batch, context) for decode.
 DECODES: dict[str, tuple[str, str, int, int, int]] = {
@@ -198,12 +226,15 @@ DECODES: dict[str, tuple[str, str, int, int, int]] = {
     "8B tp=2 batch=256 (compute-bound)": ("8B", "h100x8", 2, 256, 512),
     "13B tp=8 a100 inter-node (tp > gpus_per_node)": ("13B-MHA", "a100-40x16", 8, 4, 2048),
 }
-DECODES_BAD = {"tp=0": ("70B", "h100x8", 0, 1, 4096), "batch=0": ("70B", "h100x8", 2, 0, 4096)}
+DECODES_BAD = {"tp=0": ("70B", "h100x8", 0, 1, 4096), "batch=0": ("70B", "h100x8", 2, 0, 4096),
+               "context=0": ("70B", "h100x8", 2, 1, 0)}
 # (model, cluster, target s, batch, context) for min_tp_for_latency.
 TARGETS: dict[str, tuple[str, str, float, int, int]] = {
     "70B target=20ms": ("70B", "h100x8", 0.020, 1, 4096),
     "70B target=50ms (memory decides)": ("70B", "h100x8", 0.050, 1, 4096),
     "8B target=10ms": ("8B", "h100x8", 0.010, 1, 4096),
     "70B target=5ms (none)": ("70B", "h100x8", 0.005, 1, 4096),
-    "13B target=40ms a100": ("13B-MHA", "a100-40x16", 0.040, 8, 2048),
+    "13B target=12ms a100": ("13B-MHA", "a100-40x16", 0.012, 8, 2048),
+    "8B target=3.5ms": ("8B", "h100x8", 0.0035, 1, 4096),
+    "200B 36 heads fits only at TP=8 (none)": ("200B-36-heads", "h100x8", 1.0, 1, 4096),
 }

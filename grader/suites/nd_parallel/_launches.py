@@ -128,9 +128,22 @@ def _planner_cases() -> dict[str, dict]:
         bad[f"comm_time {label}"] = ("comm_time", [
             _spec_args(mn), _spec_args(cn=cn), _spec_args(layout=lay), {"value": gb}])
     for args in C.COLLECTIVES_BAD:
-        bad[f"collective_time {args[0]} k={args[2]}"] = ("collective_time",
+        bad[f"collective_time{args}"] = ("collective_time",
                                                          [{"value": a} for a in args])
     bad["bubble_fraction pp=0"] = ("bubble_fraction", [{"value": 0}, {"value": 4}])
+    bad["bubble_fraction micro_batches=0"] = ("bubble_fraction", [{"value": 4}, {"value": 0}])
+    bad["param_count heads=32 kv_heads=5"] = ("param_count", [{"model": {
+        **C.MODELS["1B"], "kv_heads": 5}}])
+    odd = {**C.MODELS["1B"], "layers": 5, "hidden": 100, "heads": 3, "kv_heads": 1}
+    bad["best_layout hidden=100 heads=3 (no candidate either)"] = ("best_layout", [
+        {"model": odd}, _spec_args(cn="h100x8"), {"value": 1}])
+    bad["best_layout global batch 0"] = ("best_layout", [
+        _spec_args("8B"), _spec_args(cn="h100x8"), {"value": 0}])
+    bad["best_layout micro_batch 0"] = ("best_layout", [
+        _spec_args("8B"), _spec_args(cn="h100x8"), {"value": 64}, {"value": 0}])
+    bad["min_tp_for_latency target=0"] = ("min_tp_for_latency", [
+        _spec_args("8B"), _spec_args(cn="h100x8"), {"value": 0.0}, {"value": 1},
+        {"value": 4096}])
     bad["param_count hidden=100 heads=3"] = ("param_count", [{"model": {
         **C.MODELS["1B"], "hidden": 100, "heads": 3, "kv_heads": 1}}])
     for label, (mn, cn, tp, b, ctx) in C.DECODES_BAD.items():

@@ -162,7 +162,9 @@ def _build(ctx: Any, m: Any, name: str, c: dict) -> Any:
     if c["kind"] == "build_bad":
         return _outcome_of_error(lambda: m.build_mesh(dict(c["shape"])))
     mesh = m.build_mesh(dict(c["shape"]))
-    out: dict[str, Any] = {"shape": dict(mesh.shape), "coords": dict(mesh.coords), "axes": {}}
+    out: dict[str, Any] = {"shape": dict(mesh.shape), "coords": dict(mesh.coords), "axes": {},
+                           "unknown": [_outcome_of_error(lambda f=f: f("no such axis")) for f in
+                                       (mesh.group, mesh.ranks, mesh.size, mesh.local_rank)]}
     for axis in c["shape"]:
         mask = torch.tensor([1 << ctx.rank], dtype=torch.int64)
         ctx.mark(f"{name}|{axis}")

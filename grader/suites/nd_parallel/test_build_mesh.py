@@ -73,6 +73,9 @@ def test_mesh_attributes(launch, impl):
             assert g["coords"] == coords, (
                 f"{where(r, WORLD)} build_mesh({label}).coords: {HINT} — got {g['coords']}, "
                 f"expected {coords}")
+            assert g["unknown"] == ["ValueError"] * 4, (
+                f"{where(r, WORLD)} build_mesh({label}): Mesh.group/ranks/size/local_rank of an "
+                f"axis the mesh lacks must raise ValueError — got {g['unknown']}")
             for axis in shape:
                 a = g["axes"][axis]
                 want = (R.group_of(shape, axis, r), shape[axis], coords[axis])

@@ -152,14 +152,18 @@ def _judge_best(launch, impl, label):
     pytest.param("70B on 512 H100", id="70B-512-GPUs", marks=pytest.mark.points(2)),
     pytest.param("8B on 8 H100", id="8B-8-GPUs", marks=pytest.mark.points(1)),
     pytest.param("8B at 128K tokens on 64 H100", id="long-context", marks=pytest.mark.points(1)),
-    pytest.param("13B on 64 A100-40GB", id="13B-A100-40GB", marks=pytest.mark.points(1)),
-    pytest.param("1B on 16 A100-40GB micro_batch=2", id="1B-micro_batch=2",
-                 marks=pytest.mark.points(1)),
+    pytest.param(("13B on 64 A100-40GB", "1B on 16 A100-40GB micro_batch=2"),
+                 id="13B-A100-40GB-and-1B-micro_batch=2", marks=pytest.mark.points(1)),
     pytest.param("175B on 16 A100-40GB (nothing fits)", id="nothing-fits",
                  marks=pytest.mark.points(1)),
+    pytest.param(("5B-13-layers on 8 PCIe 16GB (ZeRO-3)",
+                  "8B at 128K tokens on 8 H100 (recompute)",
+                  "36 heads at 16K on 64 H100 (no TP=8)"),
+                 id="zero=3-recompute-tp-must-divide-heads", marks=pytest.mark.points(1)),
 ])
 def test_best_layout(launch, impl, label):
-    _judge_best(launch, impl, label)
+    for one in (label,) if isinstance(label, str) else label:
+        _judge_best(launch, impl, one)
 
 
 def _decode_hint(label: str, got) -> str:
@@ -205,7 +209,8 @@ def test_min_tp_for_latency(launch, impl):
 
 @pytest.mark.points(1)
 @pytest.mark.exercises("param_count", "memory_per_gpu", "comm_time", "collective_time",
-                       "bubble_fraction", "decode_latency")
+                       "bubble_fraction", "decode_latency", "best_layout",
+                       "min_tp_for_latency")
 def test_bad_input_raises_value_error(launch, impl):
     result = run(launch, impl, "pure")
     names = [n for n in cases_for("pure") if n.startswith("bad ")]
