@@ -52,6 +52,7 @@ RANK_BAD: dict[str, tuple[dict[str, int], dict[str, int]]] = {
 }
 GROUPS_BAD: dict[str, tuple[dict[str, int], str]] = {
     "axis pp not in dp=2,tp=2": ({"dp": 2, "tp": 2}, "pp"),
+    "a=-1,b=2 (-1 needs a world size)": ({"a": -1, "b": 2}, "a"),
 }
 
 
@@ -201,6 +202,7 @@ COLLECTIVES: list[tuple[str, float, int, float, float]] = [
     ("all_gather", 1e9, 4, 1e-5, 50e9), ("reduce_scatter", 3e8, 64, 2e-5, 12.5e9),
     ("send", 67.1e6, 2, 1e-5, 25e9), ("all_reduce", 1e6, 1, 1e-5, 25e9),
     ("reduce_scatter", 5e5, 2, 1e-5, 25e9), ("all_gather", 0.0, 8, 3e-6, 450e9),
+    ("send", 10.0, 2, 0.0, 0.5),
 ]
 COLLECTIVES_BAD = [("broadcast", 1e6, 4, 1e-5, 1e9), ("all_reduce", 1e6, 0, 1e-5, 1e9),
                    ("all_gather", -1.0, 4, 1e-5, 1e9), ("reduce_scatter", 1e6, 4, 1e-5, 0.0)]
@@ -216,6 +218,7 @@ SCENARIOS: dict[str, tuple[str, str, int, int]] = {
     "5B-13-layers on 8 PCIe 16GB (ZeRO-3)": ("5B-13-layers", "pcie16x8", 16, 1),
     "8B at 128K tokens on 8 H100 (recompute)": ("8B-128K", "h100x8", 8, 1),
     "36 heads at 16K on 64 H100 (no TP=8)": ("7B-36-heads-16K", "h100x64", 16, 1),
+    "8B on 8 H100, one sequence (dp=1: ZeRO stages tie)": ("8B", "h100x8", 1, 1),
 }
 # (model, cluster, tp, batch, context) for decode.
 DECODES: dict[str, tuple[str, str, int, int, int]] = {

@@ -189,10 +189,11 @@ def _train(ctx: Any, t: Any, name: str, c: dict) -> Any:
     ctx.mark(name)
     got = fn(params, x, y, **kwargs)
     ctx.mark(f"{name}{END}")
+    shards = got[0] if "zero" in c["mesh"] else got
+    detached = all(not t.requires_grad and t.grad_fn is None for t in shards.values())
     if "zero" in c["mesh"]:
-        shards, momentum = got
-        return {"shards": dict(shards), "momentum": momentum}
-    return {"shards": dict(got)}
+        return {"shards": dict(shards), "momentum": got[1], "detached": detached}
+    return {"shards": dict(shards), "detached": detached}
 
 
 def rank_multi(ctx: Any, cases: dict[str, dict]) -> dict:

@@ -53,6 +53,9 @@ def _parity(launch, impl, label: str) -> None:
                                _act_bytes(mesh["dp"]))
         check_shards(got[r]["shards"], shards, f"{where(r, WORLD)} train_2d({label})", tol,
                      cause or HINT)
+        assert got[r]["detached"], (
+            f"{where(r, WORLD)} train_2d: return detached tensors (no requires_grad, no grad_fn): "
+            f"new tensors, e.g. param.detach().clone()")
 
 
 @pytest.mark.parametrize("label", [

@@ -45,6 +45,9 @@ def _parity(launch, impl, label: str) -> None:
         cause = wire_diagnosis(result, r, name, mesh, None, C.MODEL["steps"], act)
         check_shards(got[r]["shards"], R.shard_ref(want["final"], j, mesh["tp"]),
                      f"{where(r, WORLD)} train_3d({label})", tol, cause or HINT)
+        assert got[r]["detached"], (
+            f"{where(r, WORLD)} train_3d: return detached tensors (no requires_grad, no grad_fn): "
+            f"new tensors, e.g. param.detach().clone()")
 
 
 @pytest.mark.parametrize("label", [
