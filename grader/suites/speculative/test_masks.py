@@ -13,7 +13,7 @@ import random
 import pytest
 
 from grader.seeds import shifted
-from grader.suites.speculative._common import run_tasks, value
+from grader.suites.speculative._cases import run_tasks, value
 
 ALPHABET = "abc"
 SHORT_VOCAB = ["a", "b", "<eos>", "c", ""]
