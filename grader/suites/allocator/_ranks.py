@@ -1,7 +1,7 @@
 """Rank side of the allocator suite: run operation traces on the allocator under test.
 
 `rank_run_traces(ctx, jobs)` takes `[{"capacity": int, "ops": [op, ...]}, ...]` (ops as in
-`_model.py`; `"expandable": True` makes the allocator with `expandable_segments=True`,
+`_ref.py`; `"expandable": True` makes the allocator with `expandable_segments=True`,
 STRETCH) and returns, per job in its own error scope, one record per operation:
 
     error     None, "OutOfMemoryError", "ValueError", or "<Type>: <message>"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from grader.suites.allocator._model import DEVICE_KEYS, STAT_KEYS, STATES, Model
+from grader.suites.allocator._ref import DEVICE_KEYS, STAT_KEYS, STATES, Model
 
 MIB = 1 << 20
 
