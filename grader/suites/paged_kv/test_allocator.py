@@ -9,7 +9,7 @@ then the exact tables, lengths, copies and slots.
 
 from __future__ import annotations
 
-from grader.suites.paged_kv._common import job_tests
+from grader.suites.paged_kv._cases import job_tests
 
 BOUNDARY = {"name": "boundary", "num_blocks": 8, "block_size": 4}
 BOUNDARY_OPS = [

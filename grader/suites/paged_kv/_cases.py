@@ -1,4 +1,5 @@
-"""Operation sequences for the allocator, drawn with hypothesis in the parent.
+"""The cases of the paged_kv suite's allocator tests: operation sequences drawn with hypothesis,
+named jobs run in one launch, and their judging by the reference model.
 
 Hypothesis draws *raw* operations (a kind and a few small integers); `concretize` turns them
 into a valid-looking sequence by running the reference model alongside: ids mostly name live
@@ -9,14 +10,77 @@ have exactly one thing wrong, so the expected error is never ambiguous.
 Draws are deterministic (`@seed`, no example database), so a run is reproducible and
 selfcheck is stable. Hypothesis only generates here; the examples are batched into one launch
 and judged afterwards, so there is no shrinking.
+
+A *job* is a config (`{"name", "num_blocks", "block_size"[, "prefix"]}`) and the operation
+sequences to run on fresh allocators of it (see `_ranks.py` for the operations and what a
+trace records). `run_jobs` sends every job of a test module to one rank in one launch; each job
+keeps its own error scope there, so a stubbed PrefixCachingAllocator fails only its own jobs.
+`JobRuns.judge(name)` judges one job's traces with `judge_all`. `job_tests` makes a
+module's launch fixture and its graded tests with the harness's `CaseTests`, one line per test
+("job `name` is worth `points`").
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
-from grader.suites.paged_kv._model import Model
+from grader.suites.paged_kv._ranks import job_traces, rank_run_ops
+from grader.suites.paged_kv._ref import Model
+from grader.suites.paged_kv._ref_rules import TraceMismatch
+from harness.case_tests import CaseTests
+
+
+def _judge_constructor(config: dict, trace: list[dict]) -> None:
+    """The constructor raises ValueError exactly when num_blocks or block_size is < 1."""
+    cls = "PrefixCachingAllocator" if config.get("prefix") else "BlockAllocator"
+    invalid = config["num_blocks"] < 1 or config["block_size"] < 1
+    got = trace[0].get("init_error") if trace else None
+    if invalid and got != "ValueError":
+        raise TraceMismatch(
+            f"{cls}(num_blocks, block_size) with a size < 1 should raise ValueError but "
+            + ("succeeded" if got is None else f"raised {got}")
+            + f"\n  (config {config['name']}: num_blocks={config['num_blocks']}, "
+              f"block_size={config['block_size']})")
+    if not invalid and got is not None:
+        raise TraceMismatch(
+            f"{cls}(num_blocks, block_size) raised {got} for sizes >= 1; only a size < 1 is "
+            f"invalid (one block of one slot is a valid pool)"
+            + f"\n  (config {config['name']}: num_blocks={config['num_blocks']}, "
+              f"block_size={config['block_size']})")
+
+
+def judge_trace(config: dict, ops: list[tuple], trace: list[dict]) -> None:
+    """Judge one whole trace; raise TraceMismatch whose first line names the failing check."""
+    _judge_constructor(config, trace)
+    if trace and "init_error" in trace[0]:
+        return  # the sizes are invalid and the constructor rejected them: nothing more ran
+    model = Model(config["num_blocks"], config["block_size"], config.get("prefix", False))
+    for index, (op, rec) in enumerate(zip(ops, trace)):
+        try:
+            model.judge(op, rec)
+        except TraceMismatch as exc:
+            start = max(0, index - 6)
+            recent = "\n".join(f"    {i}: {ops[i]!r}" for i in range(start, index + 1))
+            raise TraceMismatch(
+                f"{exc.args[0]}\n  (config {config['name']}: num_blocks={config['num_blocks']}, "
+                f"block_size={config['block_size']}; operation {index}; the last operations:\n"
+                f"{recent})") from None
+    if len(trace) != len(ops):
+        raise TraceMismatch(f"the trace stopped after {len(trace)} of {len(ops)} operations")
+
+
+def judge_all(config: dict, sequences: list[list[tuple]], traces: list[list[dict]]) -> None:
+    """Judge every trace of one config; the first failure is raised."""
+    if len(traces) != len(sequences):
+        raise AssertionError(f"got {len(traces)} traces for {len(sequences)} sequences")
+    for ops, trace in zip(sequences, traces, strict=True):
+        judge_trace(config, ops, trace)
+
 
 PLAIN_KINDS = ("append",) * 4 + ("allocate",) * 2 + ("fork", "fork_append", "fork_append", "free",
                                                    "can", "burst")
@@ -139,3 +203,48 @@ def draw_sequences(config: dict, count: int, max_ops: int = 30) -> list[list[tup
 
     collect()
     return drawn
+
+
+Job = tuple[dict[str, Any], list[list[tuple]]]  # (config, operation sequences)
+
+
+@dataclass(frozen=True)
+class JobRuns:
+    """What one launch of named jobs returned: `outcomes[name]` is the rank's outcome of
+    `jobs[name]` (its traces, or what it raised)."""
+
+    jobs: Mapping[str, Job]
+    outcomes: Mapping[str, dict[str, Any]]
+
+    def judge(self, name: str) -> None:
+        """Raise unless every trace of job `name` matches the reference model (a stub's
+        NotImplementedError comes back as "not implemented")."""
+        config, sequences = self.jobs[name]
+        judge_all(config, sequences, job_traces(self.outcomes[name], config))
+
+
+def run_jobs(launch: Callable[..., Any], jobs: Mapping[str, Job],
+             timeout: float = 60.0) -> JobRuns:
+    """Run every job's sequences in one launch of one rank (`_ranks.rank_run_ops`)."""
+    payload = [{"config": config, "sequences": sequences} for config, sequences in jobs.values()]
+    outcomes = launch(rank_run_ops, world_size=1, args=(payload,), timeout=timeout).values[0]
+    return JobRuns(jobs, dict(zip(jobs, outcomes, strict=True)))
+
+
+def job_tests(jobs: Mapping[str, Job], timeout: float = 60.0) -> CaseTests[JobRuns]:
+    """The launch and the graded tests of a module whose tests each judge jobs
+    (`harness.case_tests.CaseTests`):
+
+        ALLOCATOR = job_tests({"boundary": (BOUNDARY, [BOUNDARY_OPS]), ...})
+        case_runs = ALLOCATOR.fixture            # the module's launch: a JobRuns
+        test_boundary = ALLOCATOR.test(3, "boundary")
+
+    A test passes when each job it names matches the reference model, and exercises the
+    classes their configs name (PrefixCachingAllocator when `prefix` is set, else
+    BlockAllocator).
+    """
+    return CaseTests(
+        run=lambda launch: run_jobs(launch, jobs, timeout),
+        judge=lambda runs, name: runs.judge(name),
+        exercises=lambda names: ["PrefixCachingAllocator" if jobs[name][0].get("prefix")
+                                 else "BlockAllocator" for name in names])
