@@ -1,4 +1,4 @@
-"""Judging an engine run's trace (see `_common.run_engine_job`) against the documented rules.
+"""Judging an engine run's trace (see `_ranks.run_engine_job`) against the documented rules.
 
 `check_run(job, result, expected)` checks, in order, the rules of every plan (token budget,
 max_num_seqs, nobody both waiting and running, waiting in arrival order, preemption victims
