@@ -26,9 +26,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
+from grader.seeds import seeded_generator
 from grader.suites.paged_kv._ranks import job_traces, rank_run_ops
 from grader.suites.paged_kv._ref import Model
 from grader.suites.paged_kv._ref_rules import TraceMismatch
@@ -248,3 +250,26 @@ def job_tests(jobs: Mapping[str, Job], timeout: float = 60.0) -> CaseTests[JobRu
         judge=lambda runs, name: runs.judge(name),
         exercises=lambda names: ["PrefixCachingAllocator" if jobs[name][0].get("prefix")
                                  else "BlockAllocator" for name in names])
+
+
+# -- paged_attention cases -----------------------------------------------------------------------
+def make_case(seed: int, lens: list[int], block_size: int, heads: int, kv_heads: int,
+              dim: int, dtype: torch.dtype, extra_pad: int = 1, scale: float | None = None,
+              num_blocks: int | None = None) -> dict:
+    gen = seeded_generator(seed)
+    needed = [-(-n // block_size) for n in lens]
+    width = max(needed) + extra_pad
+    num_blocks = num_blocks or sum(needed) + 3
+    ids = torch.randperm(num_blocks, generator=gen).tolist()
+    tables = torch.full((len(lens), width), -1, dtype=torch.long)
+    for b, count in enumerate(needed):
+        tables[b, :count] = torch.tensor(ids[:count])
+        ids = ids[count:]
+    shape = (num_blocks, block_size, kv_heads, dim)
+    case = {"q": torch.randn(len(lens), heads, dim, generator=gen, dtype=dtype),
+            "k_cache": torch.randn(shape, generator=gen, dtype=dtype) * 2,
+            "v_cache": torch.randn(shape, generator=gen, dtype=dtype),
+            "tables": tables, "lens": torch.tensor(lens, dtype=torch.long)}
+    if scale is not None:
+        case["scale"] = scale
+    return case

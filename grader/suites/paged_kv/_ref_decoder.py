@@ -1,4 +1,5 @@
-"""The parent's KV cache for the end-to-end test: the reference beside `_ranks_decoder.PagedCache`.
+"""Dense attention references: the parent's KV cache for the end-to-end test (the reference
+beside `_ranks_decoder.PagedCache`) and plain attention over a paged_attention case.
 
 `ContiguousCache`: each sequence keeps its own growing key/value tensors per layer, a fork
 copies them; attention is dense over them. The model and the generation loop are the ones the
@@ -45,3 +46,22 @@ class ContiguousCache:
                 out.append(torch.einsum("ht,thd->hd", torch.softmax(scores, -1), values))
             return torch.stack(out)
         return attend
+
+
+def dense_attention(case: dict) -> torch.Tensor:
+    """Plain attention over each sequence's gathered keys and values (float64)."""
+    q, k_cache, v_cache = case["q"], case["k_cache"], case["v_cache"]
+    _, block_size, kv_heads, dim = k_cache.shape
+    group = q.shape[1] // kv_heads
+    scale = case.get("scale", dim ** -0.5)
+    out = []
+    for b, n in enumerate(case["lens"].tolist()):
+        slots = [int(case["tables"][b, p // block_size]) * block_size + p % block_size
+                 for p in range(n)]
+        keys = k_cache.reshape(-1, kv_heads, dim)[slots].double()
+        values = v_cache.reshape(-1, kv_heads, dim)[slots].double()
+        keys = keys.repeat_interleave(group, dim=1)      # [n, heads, dim]
+        values = values.repeat_interleave(group, dim=1)
+        scores = torch.einsum("hd,nhd->hn", q[b].double(), keys) * scale
+        out.append(torch.einsum("hn,nhd->hd", torch.softmax(scores, -1), values))
+    return torch.stack(out)  # float64: the tolerance then measures the code under test
