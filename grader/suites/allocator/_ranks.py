@@ -84,12 +84,12 @@ def run_trace(mod, device_mod, capacity: int, ops: list, expandable: bool = Fals
     except Exception as exc:  # noqa: BLE001 - judged in the parent
         return [{"init_error": f"{type(exc).__name__}: {exc}"[:200]}]
     ptrs: dict = {}
-    trace = []
+    trace: list[dict] = []
     for op in ops:
         if op[0] in ("free", "record") and op[1] not in ptrs:
             trace.append({"skipped": True})
             continue
-        rec = {"error": None, "ret": None, "oom": None}
+        rec: dict = {"error": None, "ret": None, "oom": None}
         try:
             ret = call(alloc, device, ptrs, op)
             rec["ret"] = ret if isinstance(ret, int) and not isinstance(ret, bool) else None

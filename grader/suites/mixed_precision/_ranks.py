@@ -116,8 +116,8 @@ def scaler_probe(amp: Any, name: str) -> Any:
         try:
             s.unscale_(opt)
         except RuntimeError:
-            return ["raised", w.grad.clone()]
-        return ["returned", w.grad.clone()]
+            return ["raised", w.grad.clone()]  # type: ignore[union-attr]
+        return ["returned", w.grad.clone()]  # type: ignore[union-attr]
     if name == "bad_args":
         raised = []
         for kwargs in ({"init_scale": 0.0}, {"growth_factor": 1.0}, {"backoff_factor": 1.0},

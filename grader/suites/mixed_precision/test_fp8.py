@@ -23,7 +23,8 @@ AMAX_G = (1e-3, 1e-4, 5.0, None, 1e-4, 1e-5)  # None: that call runs under no_gr
 
 def spec(seed: int) -> dict:
     gen = seeded_generator(seed)
-    xs, gs = [], []
+    xs: list[torch.Tensor] = []
+    gs: list[torch.Tensor | None] = []
     for ax, ag in zip(AMAX_X, AMAX_G):
         x = torch.randn(5, 8, generator=gen)
         xs.append(x / x.abs().max() * ax)

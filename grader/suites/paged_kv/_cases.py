@@ -134,7 +134,7 @@ def prompt_tokens(chunks: list[int], tail: int, block_size: int) -> list[int]:
     return tokens or [7]
 
 
-def concretize(config: dict, raw: list[tuple]) -> list[tuple]:
+def concretize(config: dict, raw: list[tuple]) -> list[tuple]:  # noqa: C901
     model = Model(config["num_blocks"], config["block_size"], config.get("prefix", False))
     ops: list[tuple] = []
 
@@ -266,7 +266,7 @@ def make_case(seed: int, lens: list[int], block_size: int, heads: int, kv_heads:
         tables[b, :count] = torch.tensor(ids[:count])
         ids = ids[count:]
     shape = (num_blocks, block_size, kv_heads, dim)
-    case = {"q": torch.randn(len(lens), heads, dim, generator=gen, dtype=dtype),
+    case: dict[str, Any] = {"q": torch.randn(len(lens), heads, dim, generator=gen, dtype=dtype),
             "k_cache": torch.randn(shape, generator=gen, dtype=dtype) * 2,
             "v_cache": torch.randn(shape, generator=gen, dtype=dtype),
             "tables": tables, "lens": torch.tensor(lens, dtype=torch.long)}

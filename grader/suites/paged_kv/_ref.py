@@ -145,7 +145,7 @@ class Model:
         """Apply `op` with the model's own block choices; return what the API returns."""
         return self._apply(op, None)
 
-    def _apply(self, op: tuple, rec: dict | None) -> object:
+    def _apply(self, op: tuple, rec: dict | None) -> object:  # noqa: C901
         """Apply a successful op. With `rec`, adopt and check the implementation's choices."""
         error = self.expected_error(op)
         if error is not None:

@@ -18,7 +18,7 @@ def _fail(message: str) -> None:
     raise AssertionError(message)
 
 
-def check_plan(job: dict, k: int, plan: dict[str, Any], arrival: dict[int, int]) -> None:
+def check_plan(job: dict, k: int, plan: dict[str, Any], arrival: dict[int, int]) -> None:  # noqa: C901
     config = job["config"]
     budget, max_seqs = config["max_num_tokens"], config["max_num_seqs"]
     cache_on = config.get("prefix_cache", False)

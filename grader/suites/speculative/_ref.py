@@ -57,7 +57,7 @@ def sequence_distribution(spec: ModelSpec, prompt: Sequence[int], length: int,
             probs = next_probs(spec, [*prompt, *cont], temperature)
             for token, p in enumerate(probs.tolist()):
                 if p > 0:
-                    grown[(*cont, token)] = mass * p
+                    grown[cont + (token,)] = mass * p
         out = grown
     return out
 
@@ -66,7 +66,7 @@ def greedy_rounds(target: ModelSpec, draft: ModelSpec, prompt: Sequence[int], k:
                   max_new_tokens: int) -> tuple[list[int], dict[str, int]]:
     """The rounds of README §5 at temperature 0, step by step from fresh models: the tokens
     and the stats a correct speculative_generate returns."""
-    seq, new = list(prompt), []
+    seq, new = list(prompt), list[int]()
     stats = {"rounds": 0, "drafted": 0, "accepted": 0, "rejected": 0}
     while len(new) < max_new_tokens:
         k_round = min(k, max_new_tokens - len(new) - 1)

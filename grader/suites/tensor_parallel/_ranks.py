@@ -6,7 +6,7 @@ step of a layer whose results the parent compares against `_ref`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -14,7 +14,7 @@ from torch import nn
 
 def build_linear(state: dict[str, torch.Tensor | None]) -> nn.Linear:
     """An nn.Linear holding copies of the dense weights the parent sent (plain torch)."""
-    weight, bias = state["weight"], state["bias"]
+    weight, bias = cast(torch.Tensor, state["weight"]), state["bias"]
     linear = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None,
                        dtype=weight.dtype)
     with torch.no_grad():
@@ -28,7 +28,7 @@ def leaf(t: torch.Tensor) -> torch.Tensor:
     return t.detach().clone().requires_grad_()
 
 
-def param_grad(p: torch.Tensor | None) -> torch.Tensor | None:
+def param_grad(p: Any) -> torch.Tensor | None:
     return None if p is None else p.grad
 
 

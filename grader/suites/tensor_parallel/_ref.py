@@ -78,7 +78,7 @@ def dense_mlp_run(up: nn.Linear, down: nn.Linear, x: torch.Tensor,
 
 
 def dense_cross_entropy(logits: torch.Tensor, target: torch.Tensor,
-                        loss_weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                        loss_weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token loss [...] and the gradient of sum(loss * loss_weight) w.r.t. the logits."""
     logits = logits.clone().requires_grad_()
     loss = F.cross_entropy(logits.flatten(0, -2), target.flatten(), reduction="none")

@@ -99,6 +99,7 @@ def shared_run(launch: Any, impl: str, name: str) -> Run:
                         transport="sidecar")
         state_after = (spec["checkpoint_after"],) if spec.get("checkpoint_after") else ()
         return Run(result.values, [as_log(wire) for wire in result.wire],
-                   reference_run(spec, x, y, state_after=state_after), spec, world_size)
+                   reference_run(spec, x, y, state_after=state_after),  # type: ignore[arg-type]
+                   spec, world_size)
 
     return _RUNS.get((impl, name), make)

@@ -186,7 +186,7 @@ def traffic(records: list[CommRecord], world_size: int) -> Traffic:
         elif rec.op == "all_reduce" and rec.numel <= 1:
             t.scalars += 1
         elif rec.op not in RECV_OPS and rec.op not in FREE_OPS:
-            t.unexpected.append(f"{rec.op} of {rec.numel} elements")
+            t.unexpected.append(f"{rec.op} of {rec.numel} elements")  # type: ignore[union-attr]
     return t
 
 
