@@ -144,6 +144,16 @@ def _parse_assignment(
     unknown = set(table) - set(_ASSIGNMENT_FIELDS)
     if unknown:
         raise ManifestError(f"{where}: unknown field(s): {', '.join(sorted(unknown))}")
+    values = _read_fields(table, where)
+    _check_id_and_points(values, where, earlier)
+    _check_modules(values, where)
+    _check_prerequisites(values, where, earlier)
+    return Assignment(**values)
+
+
+def _read_fields(table: dict[str, Any], where: str) -> dict[str, Any]:
+    """Every field of `_ASSIGNMENT_FIELDS` from the table, typed; defaults for absent optional
+    ones."""
     values: dict[str, Any] = {}
     for field, (kind, required) in _ASSIGNMENT_FIELDS.items():
         if field not in table and not required:
@@ -151,7 +161,10 @@ def _parse_assignment(
             continue
         value = _typed(table, field, kind, where)
         values[field] = tuple(_strings(value, field, where)) if kind is list else value
+    return values
 
+
+def _check_id_and_points(values: dict[str, Any], where: str, earlier: list[Assignment]) -> None:
     if not _ID.match(values["id"]):
         raise ManifestError(f"{where}.id: {values['id']!r} is not a lower_snake_case name")
     if values["id"] in {a.id for a in earlier}:
@@ -166,6 +179,9 @@ def _parse_assignment(
     if values["worksheet_points"] < 0:
         raise ManifestError(f"{where}.worksheet_points: must be >= 0, "
                             f"got {values['worksheet_points']}")
+
+
+def _check_modules(values: dict[str, Any], where: str) -> None:
     if not values["modules"]:
         raise ManifestError(f"{where}.modules: lists no module; students must edit at least one")
     for field in ("modules", "provided", "extra_editable"):
@@ -181,6 +197,9 @@ def _parse_assignment(
     clash = set(values["modules"]) & set(values["provided"])
     if clash:
         raise ManifestError(f"{where}.provided: {sorted(clash)} also listed in modules")
+
+
+def _check_prerequisites(values: dict[str, Any], where: str, earlier: list[Assignment]) -> None:
     known = {a.id for a in earlier}
     for prerequisite in values["prerequisites"]:
         if prerequisite not in known:
@@ -188,7 +207,6 @@ def _parse_assignment(
                 f"{where}.prerequisites: {prerequisite!r} is not an earlier assignment "
                 "(prerequisites must come first in the manifest)"
             )
-    return Assignment(**values)
 
 
 def _typed(table: dict[str, Any], field: str, kind: type, where: str) -> Any:

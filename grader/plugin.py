@@ -38,9 +38,10 @@ from harness.impl import IMPL_HELP, REPO_ROOT, ImplSpec
 
 # The plugins this one loads: the static screen of the code under test, a 0-point test per
 # assignment (grader/screen.py); per-test outcomes into the results file; the fixtures; the
-# selfcheck's coverage-guided grading of variants.
-pytest_plugins = ["grader.screen_plugin", "grader.plugin_results", "grader.plugin_launch",
-                  "grader.plugin_coverage"]
+# selfcheck's coverage-guided grading of variants, where grader/instructor/ is (not in a release).
+pytest_plugins = ["grader.screen_plugin", "grader.plugin_results", "grader.plugin_launch"]
+if (Path(__file__).resolve().parent / "instructor" / "plugin_coverage.py").is_file():
+    pytest_plugins.append("grader.instructor.plugin_coverage")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -61,7 +61,7 @@ class TestResult:
     # selfcheck's partial-credit check holds each test to them.
     exercises: tuple[str, ...] = ()
     # Selfcheck only: not run for this variant, since it ran none of the code the variant
-    # changes; the outcome is the reference's (grader/plugin_coverage.py).
+    # changes; the outcome is the reference's (grader/instructor/plugin_coverage.py).
     inferred: bool = False
     # Its place in the suite's order (pytest's collection order: files, then tests as the file
     # defines them, unit tests before the integration tests that use them); reports list tests

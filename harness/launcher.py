@@ -192,7 +192,7 @@ def launch(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] =
 RENDEZVOUS_ATTEMPTS = 2
 
 
-def _launch_once(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] = (),
+def _launch_once(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] = (),  # noqa: C901
                  kwargs: dict[str, Any] | None = None,
                  rank_args: Sequence[Sequence[Any]] | None = None,
                  impl: str | ImplSpec = "assignments", backend: str = "auto",

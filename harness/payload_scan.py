@@ -107,114 +107,152 @@ def inspect(data: bytes, caps: Caps = CAPS, *, who: str = "the rank") -> Summary
 
 def _scan_pickle(pickled: bytes, records: dict[str, zipfile.ZipInfo], caps: Caps,
                  bad: Any) -> Summary:
-    stack: list[Any] = []
-    marks: list[list[Any]] = []
-    memo: dict[int, Any] = {}
-    storages: dict[str, tuple[torch.dtype, int]] = {}
+    machine = _Unpickler(records, caps, bad)
     ops = 0
-    root: Any = None
-
-    def pop_mark() -> list[Any]:
-        nonlocal stack
-        if not marks:
-            raise bad("is a malformed pickle (no mark)")
-        items, stack = stack, marks.pop()
-        return items
-
-    def pop() -> Any:
-        if not stack:
-            raise bad("is a malformed pickle (empty stack)")
-        return stack.pop()
-
-    arg: Any
     try:
         for name, arg in read_opcodes(pickled):
             ops += 1
             if ops > caps.max_ops:
                 raise bad(f"is a pickle of more than {caps.max_ops} operations")
-            if name == "BINPUT" or name == "LONG_BINPUT":
-                if not stack:
-                    raise bad("is a malformed pickle (memo of nothing)")
-                memo[arg] = stack[-1]
-            elif name in _PUSH_ARG:
-                stack.append(arg)
-            elif name in _CONSTANTS:
-                stack.append(_CONSTANTS[name])
-            elif name == "EMPTY_LIST":
-                stack.append(_Obj("list"))
-            elif name == "EMPTY_DICT":
-                stack.append(_Obj("dict"))
-            elif name == "EMPTY_TUPLE":
-                stack.append(_Obj("tuple"))
-            elif name == "MARK":
-                marks.append(stack)
-                stack = []
-            elif name == "TUPLE":
-                items = pop_mark()  # rebinds `stack`: take the items first
-                stack.append(_Obj("tuple", items))
-            elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
-                n = int(name[-1])
-                if len(stack) < n:
-                    raise bad("is a malformed pickle (short stack)")
-                items = stack[-n:]
-                del stack[-n:]
-                stack.append(_Obj("tuple", items))
-            elif name in ("APPEND", "APPENDS"):
-                items = [pop()] if name == "APPEND" else pop_mark()
-                target = stack[-1] if stack else None
-                if not isinstance(target, _Obj) or target.kind != "list":
-                    raise bad("is a malformed pickle (append to a non-list)")
-                target.items.extend(items)
-            elif name in ("SETITEM", "SETITEMS"):
-                if name == "SETITEM":
-                    v, k = pop(), pop()
-                    items = [k, v]
-                else:
-                    items = pop_mark()
-                target = stack[-1] if stack else None
-                if (not isinstance(target, _Obj) or target.kind != "dict"
-                        or len(items) % 2):
-                    raise bad("is a malformed pickle (setitem on a non-dict)")
-                for k in items[0::2]:
-                    if type(k) not in (str, int):
-                        raise bad(f"has a dict key that is not a str or int ({_kind(k)})")
-                target.items.extend(items[1::2])
-            elif name in ("BINGET", "LONG_BINGET"):
-                if arg not in memo:
-                    raise bad("is a malformed pickle (unknown memo key)")
-                stack.append(memo[arg])
-            elif name == "GLOBAL":
-                stack.append(_global(arg, bad))
-            elif name == "BINPERSID":
-                stack.append(_storage(pop(), records, storages, bad))
-            elif name == "REDUCE":
-                args, fn = pop(), pop()
-                stack.append(_reduce(fn, args, caps, bad))
-            elif name == "PROTO":
-                pass
-            elif name == "STOP":
-                if len(stack) != 1 or marks:
-                    raise bad("is a malformed pickle (stack at STOP)")
-                root = stack[0]
+            if machine.step(name, arg):
                 break
-            else:
-                raise bad(f"uses the pickle operation {name}, which plain data never needs")
     except PayloadError:
         raise
     except Exception as exc:  # noqa: BLE001 - decoding a forged file: any error is its fault
         raise bad(f"is a malformed pickle ({type(exc).__name__}: {exc})"[:300]) from None
-    if root is None:
+    if machine.root is None:
         raise bad("is a malformed pickle (no STOP)")
-    nodes, depth, tensor_bytes = _measure(root, caps, bad)
-    storage_bytes = sum(numel * _element_size(dtype) for dtype, numel in storages.values())
+    nodes, depth, tensor_bytes = _measure(machine.root, caps, bad)
+    storage_bytes = sum(numel * _element_size(dtype)
+                        for dtype, numel in machine.storages.values())
     return Summary(nodes=nodes, depth=depth, tensor_bytes=tensor_bytes,
                    storage_bytes=storage_bytes, ops=ops)
+
+
+class _Unpickler:
+    """The symbolic unpickler: one method per family of allowed opcodes (`_HANDLERS`), each
+    acting on the stack of `_Obj`s and plain values; `step` returns True at STOP."""
+
+    def __init__(self, records: dict[str, zipfile.ZipInfo], caps: Caps, bad: Any) -> None:
+        self.records, self.caps, self.bad = records, caps, bad
+        self.stack: list[Any] = []
+        self.marks: list[list[Any]] = []
+        self.memo: dict[int, Any] = {}
+        self.storages: dict[str, tuple[torch.dtype, int]] = {}
+        self.root: Any = None
+
+    def step(self, name: str, arg: Any) -> bool:
+        handler = _HANDLERS.get(name)
+        if handler is None:
+            raise self.bad(f"uses the pickle operation {name}, which plain data never needs")
+        return bool(getattr(self, handler)(name, arg))
+
+    def pop_mark(self) -> list[Any]:
+        if not self.marks:
+            raise self.bad("is a malformed pickle (no mark)")
+        items, self.stack = self.stack, self.marks.pop()
+        return items
+
+    def pop(self) -> Any:
+        if not self.stack:
+            raise self.bad("is a malformed pickle (empty stack)")
+        return self.stack.pop()
+
+    def top(self, kind: str, what: str) -> _Obj:
+        target = self.stack[-1] if self.stack else None
+        if not isinstance(target, _Obj) or target.kind != kind:
+            raise self.bad(f"is a malformed pickle ({what})")
+        return target
+
+    def memo_put(self, name: str, arg: Any) -> None:
+        if not self.stack:
+            raise self.bad("is a malformed pickle (memo of nothing)")
+        self.memo[arg] = self.stack[-1]
+
+    def memo_get(self, name: str, arg: Any) -> None:
+        if arg not in self.memo:
+            raise self.bad("is a malformed pickle (unknown memo key)")
+        self.stack.append(self.memo[arg])
+
+    def push_arg(self, name: str, arg: Any) -> None:
+        self.stack.append(arg)
+
+    def constant(self, name: str, arg: Any) -> None:
+        self.stack.append(_CONSTANTS[name])
+
+    def empty(self, name: str, arg: Any) -> None:
+        self.stack.append(_Obj(name.removeprefix("EMPTY_").lower()))
+
+    def mark(self, name: str, arg: Any) -> None:
+        self.marks.append(self.stack)
+        self.stack = []
+
+    def tuple_marked(self, name: str, arg: Any) -> None:
+        items = self.pop_mark()  # rebinds `stack`: take the items first
+        self.stack.append(_Obj("tuple", items))
+
+    def tuple_n(self, name: str, arg: Any) -> None:
+        n = int(name[-1])
+        if len(self.stack) < n:
+            raise self.bad("is a malformed pickle (short stack)")
+        items = self.stack[-n:]
+        del self.stack[-n:]
+        self.stack.append(_Obj("tuple", items))
+
+    def append(self, name: str, arg: Any) -> None:
+        items = [self.pop()] if name == "APPEND" else self.pop_mark()
+        self.top("list", "append to a non-list").items.extend(items)
+
+    def setitem(self, name: str, arg: Any) -> None:
+        if name == "SETITEM":
+            v, k = self.pop(), self.pop()
+            items = [k, v]
+        else:
+            items = self.pop_mark()
+        target = self.top("dict", "setitem on a non-dict")
+        if len(items) % 2:
+            raise self.bad("is a malformed pickle (setitem on a non-dict)")
+        for k in items[0::2]:
+            if type(k) not in (str, int):
+                raise self.bad(f"has a dict key that is not a str or int ({_kind(k)})")
+        target.items.extend(items[1::2])
+
+    def global_(self, name: str, arg: Any) -> None:
+        self.stack.append(_global(arg, self.bad))
+
+    def persistent_id(self, name: str, arg: Any) -> None:
+        self.stack.append(_storage(self.pop(), self.records, self.storages, self.bad))
+
+    def reduce(self, name: str, arg: Any) -> None:
+        args, fn = self.pop(), self.pop()
+        self.stack.append(_reduce(fn, args, self.caps, self.bad))
+
+    def proto(self, name: str, arg: Any) -> None:
+        pass
+
+    def stop(self, name: str, arg: Any) -> bool:
+        if len(self.stack) != 1 or self.marks:
+            raise self.bad("is a malformed pickle (stack at STOP)")
+        self.root = self.stack[0]
+        return True
 
 
 # The opcodes of protocol 2 that torch.save writes for plain data (a subset of what the
 # weights-only unpickler reads); any other opcode is refused.
 _PUSH_ARG = frozenset({"BINUNICODE", "BININT", "BININT1", "BININT2", "LONG1", "BINFLOAT"})
 _CONSTANTS = {"NONE": None, "NEWTRUE": True, "NEWFALSE": False}
+# opcode -> the `_Unpickler` method that runs it
+_HANDLERS = {
+    "BINPUT": "memo_put", "LONG_BINPUT": "memo_put", "BINGET": "memo_get",
+    "LONG_BINGET": "memo_get", **dict.fromkeys(_PUSH_ARG, "push_arg"),
+    **dict.fromkeys(_CONSTANTS, "constant"),
+    **dict.fromkeys(("EMPTY_LIST", "EMPTY_DICT", "EMPTY_TUPLE"), "empty"),
+    "MARK": "mark", "TUPLE": "tuple_marked",
+    **dict.fromkeys(("TUPLE1", "TUPLE2", "TUPLE3"), "tuple_n"),
+    "APPEND": "append", "APPENDS": "append", "SETITEM": "setitem", "SETITEMS": "setitem",
+    "GLOBAL": "global_", "BINPERSID": "persistent_id", "REDUCE": "reduce", "PROTO": "proto",
+    "STOP": "stop",
+}
 
 def _kind(value: Any) -> str:
     return value.kind if isinstance(value, _Obj) else type(value).__name__
@@ -349,30 +387,37 @@ def _measure(root: Any, caps: Caps, bad: Any) -> tuple[int, int, int]:
                 stack.append((child, 0))
                 break
         else:
-            nodes, depth, nbytes = 1, 0, 0
-            for child in items:
-                if type(child) is not _Obj:
-                    nodes += 1
-                elif child.kind == "tensor":
-                    nodes += 1
-                    nbytes += child.info
-                elif child.kind in _CONTAINERS:
-                    n, d, b = done[id(child)]
-                    nodes += n
-                    nbytes += b
-                    depth = max(depth, d)
-                else:
-                    raise bad(f"holds a {child.kind} object where plain data belongs")
-            depth += 1
-            if depth > caps.max_depth:
-                raise bad(f"is nested more than {caps.max_depth} levels deep")
-            if nodes > caps.max_nodes:
-                raise bad(f"expands to more than {caps.max_nodes} nodes (shared references "
-                          f"are counted once per path)")
-            if nbytes > caps.max_bytes:
-                raise bad(f"holds tensors of more than {caps.max_bytes} bytes (numel × "
-                          f"element size, counted once per path)")
-            done[id(obj)] = (nodes, depth, nbytes)
+            done[id(obj)] = _container_total(items, done, caps, bad)
             active.discard(id(obj))
             stack.pop()
     return done[id(root)]
+
+
+def _container_total(items: list[Any], done: dict[int, tuple[int, int, int]], caps: Caps,
+                     bad: Any) -> tuple[int, int, int]:
+    """(nodes, depth, tensor bytes) of a container whose child containers are all in `done`;
+    raises when a cap is passed."""
+    nodes, depth, nbytes = 1, 0, 0
+    for child in items:
+        if type(child) is not _Obj:
+            nodes += 1
+        elif child.kind == "tensor":
+            nodes += 1
+            nbytes += child.info
+        elif child.kind in _CONTAINERS:
+            n, d, b = done[id(child)]
+            nodes += n
+            nbytes += b
+            depth = max(depth, d)
+        else:
+            raise bad(f"holds a {child.kind} object where plain data belongs")
+    depth += 1
+    if depth > caps.max_depth:
+        raise bad(f"is nested more than {caps.max_depth} levels deep")
+    if nodes > caps.max_nodes:
+        raise bad(f"expands to more than {caps.max_nodes} nodes (shared references "
+                  f"are counted once per path)")
+    if nbytes > caps.max_bytes:
+        raise bad(f"holds tensors of more than {caps.max_bytes} bytes (numel × "
+                  f"element size, counted once per path)")
+    return nodes, depth, nbytes

@@ -452,7 +452,7 @@ class _Sidecar:
             dtype=str(tensors[0].dtype).removeprefix("torch.") if tensors else "",
             label=str(header.get("label", ""))[:200]))
 
-    def handle(self, header: dict[str, Any], payload: bytearray
+    def handle(self, header: dict[str, Any], payload: bytearray  # noqa: C901
                ) -> tuple[dict[str, Any], list[torch.Tensor]]:
         op = header["op"]
         if op == "group":

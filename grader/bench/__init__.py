@@ -2,7 +2,8 @@
 
 Each benchmark is a module here with `def main(argv: list[str]) -> int` and a docstring whose
 first line says what it measures. Benchmarks print ratios measured side by side in one run;
-they never assert on time.
+they never assert on time. Those that serve instructors only (`selfcheck`) live in
+`grader/instructor/bench/` and are listed where that folder is (not in a student release).
 """
 
 from __future__ import annotations
@@ -14,14 +15,21 @@ import sys
 from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
+INSTRUCTOR_BENCH_DIR = BENCH_DIR.parent / "instructor" / "bench"
+# folder -> the package its modules are imported from
+_PACKAGES = {BENCH_DIR: "grader.bench", INSTRUCTOR_BENCH_DIR: "grader.instructor.bench"}
+
+
+def _module_paths() -> dict[str, Path]:
+    """Benchmark name -> its file, the course's and (where present) the instructors'."""
+    return {path.stem: path for folder in _PACKAGES for path in sorted(folder.glob("*.py"))
+            if not path.stem.startswith("_")}
 
 
 def available() -> dict[str, str]:
     """Benchmark name -> first docstring line, read without importing (imports are slow)."""
     benches = {}
-    for path in sorted(BENCH_DIR.glob("*.py")):
-        if path.stem.startswith("_"):
-            continue
+    for path in _module_paths().values():
         try:
             doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
         except SyntaxError:
@@ -44,7 +52,8 @@ def main(argv: list[str]) -> int:
         print(f"error: no benchmark {name!r}; available: {', '.join(benches) or 'none'}",
               file=sys.stderr)
         return 2
-    module = importlib.import_module(f"grader.bench.{name}")
+    path = _module_paths()[name]
+    module = importlib.import_module(f"{_PACKAGES[path.parent]}.{name}")
     return int(module.main(rest) or 0)
 
 

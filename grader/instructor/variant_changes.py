@@ -1,5 +1,5 @@
 """Which functions of the solution a variant changes, read statically (selfcheck's coverage
-plan, grader/plugin_coverage.py).
+plan, grader/instructor/plugin_coverage.py).
 
 - A partial-credit variant stubs one public name: it changes that name (a class: its methods).
 - A hand-written mutant patches the solution's source (`harness.mutation.mutate`): it changes

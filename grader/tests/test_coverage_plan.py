@@ -1,4 +1,4 @@
-"""Coverage-guided grading of variants (grader/plugin_coverage.py, harness/calltrace.py).
+"""Coverage-guided grading of variants (grader/instructor/plugin_coverage.py, harness/calltrace.py).
 
 The promise: a variant's test is taken from the reference's run only when it cannot tell them
 apart — it ran none of the functions the variant changes, in its own launches, in the fixtures

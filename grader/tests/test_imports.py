@@ -7,8 +7,9 @@ tests and the adversarial corpus are left out; the hidden suites are in.
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
+
+from harness.importgraph import imported_modules
 
 GRADER = Path(__file__).resolve().parents[1]
 ROOT = GRADER.parent
@@ -24,26 +25,6 @@ def module_files() -> dict[str, Path]:
         parts = relative.parts[:-1] if relative.name == "__init__" else relative.parts
         found[".".join(parts)] = path
     return found
-
-
-def imported_modules(name: str, path: Path, known: set[str]) -> set[str]:
-    """The grader modules `name` imports anywhere in its file. `from a import b` counts as
-    importing `a.b` when that is a module, else as importing `a`."""
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                anchor = ".".join(parts[:len(parts) - node.level + 1])
-                base = f"{anchor}.{base}" if base else anchor
-            for alias in node.names:
-                candidate = f"{base}.{alias.name}"
-                found.add(candidate if candidate in known else base)
-    return {m for m in found if m in known and m != name}
 
 
 def import_graph() -> dict[str, set[str]]:

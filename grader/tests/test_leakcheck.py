@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from grader import leakcheck
@@ -62,12 +63,8 @@ def test_a_launch_argument_named_as_an_answer_is_refused():
             (({"case": {"expected": 3}},), {}, None),
             ((), {"cases": [{"reference": "abc"}]}, None),
             ((), {}, [({"want": torch.ones(1)},)])):
-        try:
+        with pytest.raises(ValueError, match="ranks get inputs, never verdicts"):
             leakcheck.refuse_answer_keys(args, kwargs, rank_args)
-        except ValueError as exc:
-            assert "ranks get inputs, never verdicts" in str(exc)
-        else:
-            raise AssertionError(f"not refused: {args} {kwargs} {rank_args}")
 
 
 def test_an_echo_is_recognised_inside_a_multi_implementation_session():

@@ -33,7 +33,7 @@ def test_public_name_of_a_test():
 '''
 
 
-@pytest.fixture()
+@pytest.fixture
 def hidden_root(tmp_path) -> Path:
     folder = tmp_path / "suites" / "toy"
     folder.mkdir(parents=True)

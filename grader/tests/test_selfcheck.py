@@ -417,7 +417,7 @@ def test_margin_runs_of_several_assignments_share_one_session_per_variation(tmp_
 
 
 def test_bench_selfcheck_prints_both_ways_per_assignment_and_every_mutant(tmp_path):
-    from grader.bench.selfcheck import WayResult, report, verdict_of
+    from grader.instructor.bench.selfcheck import WayResult, report, verdict_of
     from grader.instructor.sessions import Job
     from harness.impl import resolve_impl
 

@@ -168,7 +168,8 @@ def test_host_sync_during_capture_raises(backend, action):
 def test_emulated_failed_capture_leaves_an_empty_graph_and_no_modes():
     x = torch.arange(3.0)
     graph = EmulatedGraph()
-    with pytest.raises(GraphCaptureError, match="operation not permitted when stream is "
+    # both statements belong in the block: the capture fails at the second, after the first
+    with pytest.raises(GraphCaptureError, match="operation not permitted when stream is "  # noqa: PT012
                                                 "capturing.*item"), graph_capture(graph):
         x.add_(1)
         x.sum().item()

@@ -180,7 +180,7 @@ def test_backend_auto_is_gloo_without_enough_gpus():
         assert resolve_backend("auto", 2) == "nccl"
     else:
         assert resolve_backend("auto", 2) == "gloo"
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="backend must be 'auto', 'gloo' or 'nccl'"):
         resolve_backend("mpi", 2)
 
 

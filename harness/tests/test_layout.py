@@ -3,12 +3,13 @@ harness names nothing of the grader (which configures it instead: `forkserver.co
 
 from __future__ import annotations
 
-import ast
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from harness.importgraph import imported_modules
 
 HARNESS = Path(__file__).resolve().parents[1]
 ROOT = HARNESS.parent
@@ -19,28 +20,6 @@ def module_files() -> dict[str, Path]:
     """{dotted name: file} of the harness's own modules (its tests left out)."""
     return {("harness" if p.stem == "__init__" else f"harness.{p.stem}"): p
             for p in sorted(HARNESS.glob("*.py"))}
-
-
-def imported_modules(name: str, path: Path, known: set[str]) -> set[str]:
-    """The harness modules `name` imports anywhere in its file (function bodies included).
-
-    `from harness import x` counts as importing `harness.x` when that is a module, else as
-    importing the package `harness` (its __init__)."""
-    package = name if path.stem == "__init__" else name.rpartition(".")[0]
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                anchor = ".".join(parts[:len(parts) - node.level + 1])
-                base = f"{anchor}.{base}" if base else anchor
-            for alias in node.names:
-                candidate = f"{base}.{alias.name}"
-                found.add(candidate if candidate in known else base)
-    return {m for m in found if m in known and m != name}
 
 
 def import_graph() -> dict[str, set[str]]:

@@ -1,7 +1,7 @@
 """Rank side of the allocator suite: run operation traces on the allocator under test.
 
 `rank_run_traces(ctx, jobs)` takes `[{"capacity": int, "ops": [op, ...]}, ...]` (ops as in
-`_model.py`; `"expandable": True` makes the allocator with `expandable_segments=True`,
+`_ref.py`; `"expandable": True` makes the allocator with `expandable_segments=True`,
 STRETCH) and returns, per job in its own error scope, one record per operation:
 
     error     None, "OutOfMemoryError", "ValueError", or "<Type>: <message>"
@@ -84,12 +84,12 @@ def run_trace(mod, device_mod, capacity: int, ops: list, expandable: bool = Fals
     except Exception as exc:  # noqa: BLE001 - judged in the parent
         return [{"init_error": f"{type(exc).__name__}: {exc}"[:200]}]
     ptrs: dict = {}
-    trace = []
+    trace: list[dict] = []
     for op in ops:
         if op[0] in ("free", "record") and op[1] not in ptrs:
             trace.append({"skipped": True})
             continue
-        rec = {"error": None, "ret": None, "oom": None}
+        rec: dict = {"error": None, "ret": None, "oom": None}
         try:
             ret = call(alloc, device, ptrs, op)
             rec["ret"] = ret if isinstance(ret, int) and not isinstance(ret, bool) else None

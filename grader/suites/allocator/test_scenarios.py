@@ -4,7 +4,7 @@ coalescing, per-stream pools, record_stream, empty_cache, and bad arguments."""
 
 from __future__ import annotations
 
-from grader.suites.allocator._common import TraceTests
+from grader.suites.allocator._cases import TraceTests
 
 MIB = 1 << 20
 BASE = 1 << 40

@@ -4,7 +4,7 @@ fails too, OutOfMemoryError reports the request, allocated and reserved bytes.""
 
 from __future__ import annotations
 
-from grader.suites.allocator._common import TraceTests
+from grader.suites.allocator._cases import TraceTests
 
 MIB = 1 << 20
 

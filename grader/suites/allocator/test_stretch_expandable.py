@@ -3,12 +3,12 @@ expandable_segments=True)` each pool and stream has one segment, reserved once, 
 mapping whole 2 MiB pages at its end instead of asking the device for a new segment; a miss maps
 only the pages the request lacks after the segment's free tail; `empty_cache` unmaps the whole
 pages of each segment's free last block. Judged operation by operation against the reference
-model (`_model.Model(capacity, expandable=True)`); an allocator without the opt-in scores 0
+model (`_ref.Model(capacity, expandable=True)`); an allocator without the opt-in scores 0
 here and nothing else changes."""
 
 from __future__ import annotations
 
-from grader.suites.allocator._common import TraceTests
+from grader.suites.allocator._cases import TraceTests
 
 MIB = 1 << 20
 ROOMY = 1 << 34

@@ -11,8 +11,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from grader.seeds import drawn_integers, hypothesis_examples
-from grader.suites.allocator._common import TraceTests
-from grader.suites.allocator._gen import drawn_trace
+from grader.suites.allocator._cases import TraceTests, drawn_trace
 
 MIB = 1 << 20
 EXAMPLES = 12

@@ -9,8 +9,7 @@ from __future__ import annotations
 import random
 
 from grader.seeds import shifted
-from grader.suites.allocator._common import TraceTests
-from grader.suites.allocator._gen import capacity_for, training_trace
+from grader.suites.allocator._cases import TraceTests, capacity_for, training_trace
 
 ROOMY = 1 << 40
 

@@ -343,7 +343,7 @@ def _run_sp_mlp(ctx, m, name: str, c: dict) -> dict:
     return out
 
 
-def _run_unit(ctx, m, name: str, c: dict) -> Any:
+def _run_unit(ctx, m, name: str, c: dict) -> Any:  # noqa: C901
     kind = c["kind"]
     if kind == "attn":
         outs = []

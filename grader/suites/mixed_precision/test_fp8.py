@@ -13,14 +13,9 @@ import pytest
 import torch
 
 from grader.seeds import seeded_generator
-from grader.suites.mixed_precision._common import (
-    close,
-    fp8_reference,
-    launch_cases,
-    outcome,
-    rank_fp8,
-    said,
-)
+from grader.suites.mixed_precision._cases import launch_cases, outcome
+from grader.suites.mixed_precision._ranks import rank_fp8
+from grader.suites.mixed_precision._ref import close, fp8_reference, said
 
 AMAX_X = (3.0, 40.0, 0.5, 0.25, 0.1, 0.2)
 AMAX_G = (1e-3, 1e-4, 5.0, None, 1e-4, 1e-5)  # None: that call runs under no_grad
@@ -28,7 +23,8 @@ AMAX_G = (1e-3, 1e-4, 5.0, None, 1e-4, 1e-5)  # None: that call runs under no_gr
 
 def spec(seed: int) -> dict:
     gen = seeded_generator(seed)
-    xs, gs = [], []
+    xs: list[torch.Tensor] = []
+    gs: list[torch.Tensor | None] = []
     for ax, ag in zip(AMAX_X, AMAX_G):
         x = torch.randn(5, 8, generator=gen)
         xs.append(x / x.abs().max() * ax)

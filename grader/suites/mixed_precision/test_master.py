@@ -14,15 +14,9 @@ import torch
 
 from grader.compare import tolerance
 from grader.seeds import seeded_generator
-from grader.suites.mixed_precision._common import (
-    ReferenceMaster,
-    close,
-    launch_cases,
-    master_run,
-    outcome,
-    rank_master,
-    said,
-)
+from grader.suites.mixed_precision._cases import launch_cases, outcome
+from grader.suites.mixed_precision._ranks import master_run, rank_master
+from grader.suites.mixed_precision._ref import ReferenceMaster, close, said
 
 N = 64
 

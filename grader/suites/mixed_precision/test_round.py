@@ -12,16 +12,9 @@ import pytest
 import torch
 
 from grader.seeds import hypothesis_examples, seeded_generator
-from grader.suites.mixed_precision._common import (
-    SPECS,
-    as_float32,
-    check_rounding,
-    error_of,
-    launch_cases,
-    outcome,
-    rank_round,
-    spacing,
-)
+from grader.suites.mixed_precision._cases import as_float32, error_of, launch_cases, outcome
+from grader.suites.mixed_precision._ranks import rank_round
+from grader.suites.mixed_precision._ref import SPECS, check_rounding, spacing
 
 FORMATS = ("bf16", "fp16", "e4m3", "e5m2")
 

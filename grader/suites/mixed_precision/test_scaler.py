@@ -14,15 +14,9 @@ import pytest
 import torch
 
 from grader.seeds import seeded_generator
-from grader.suites.mixed_precision._common import (
-    close,
-    launch_cases,
-    outcome,
-    rank_scaler,
-    said,
-    scaler_model,
-    scaler_reference,
-)
+from grader.suites.mixed_precision._cases import launch_cases, outcome
+from grader.suites.mixed_precision._ranks import rank_scaler, scaler_model
+from grader.suites.mixed_precision._ref import close, said, scaler_reference
 
 
 def spec(seed: int, steps: int, *, scaler: dict, inject: tuple[int, ...] = (),

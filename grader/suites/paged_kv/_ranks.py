@@ -84,7 +84,7 @@ def run_sequence(mod, config: dict, ops: list) -> list[dict]:
     live: list = []
     trace = []
     for op in ops:
-        rec = {"error": None, "ret": None}
+        rec: dict = {"error": None, "ret": None}
         try:
             rec["ret"] = plain(call_op(alloc, op))
         except NotImplementedError:

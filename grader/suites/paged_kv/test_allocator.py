@@ -9,7 +9,7 @@ then the exact tables, lengths, copies and slots.
 
 from __future__ import annotations
 
-from grader.suites.paged_kv._common import job_tests
+from grader.suites.paged_kv._cases import Job, job_tests
 
 BOUNDARY = {"name": "boundary", "num_blocks": 8, "block_size": 4}
 BOUNDARY_OPS = [
@@ -60,7 +60,7 @@ ONE_SLOT_OPS = [
     ("free", 0), ("can", 1), ("allocate", 1, 0), ("append", 1), ("free", 1),
 ]
 
-JOBS = {"boundary": (BOUNDARY, [BOUNDARY_OPS]), "errors": (ERRORS, [ERRORS_OPS]),
+JOBS: dict[str, Job] = {"boundary": (BOUNDARY, [BOUNDARY_OPS]), "errors": (ERRORS, [ERRORS_OPS]),
         "exhaustion": (EXHAUST, [EXHAUST_OPS]), "fork": (FORK, [FORK_OPS]),
         "no_blocks": (NO_BLOCKS, [[]]), "zero_block_size": (ZERO_SLOTS, [[]]),
         "one_block_of_one_slot": (ONE_SLOT, [ONE_SLOT_OPS])}

@@ -29,7 +29,7 @@ THREE_WAY = {"num_blocks": 16, "block_size": 2, "script": [
     ("append", 1), ("append", 3), ("fork", 3, 4), ("free", 3), ("append", 4), ("append", 1),
 ]}
 
-SCRIPTS = {"child_private": CHILD_PRIVATE, "three_way": THREE_WAY}
+SCRIPTS: dict[str, dict] = {"child_private": CHILD_PRIVATE, "three_way": THREE_WAY}
 
 
 def tag(seq: int, position: int) -> float:

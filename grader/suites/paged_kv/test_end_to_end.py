@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from grader.suites.paged_kv._decoder import ContiguousCache, PagedCache, generate, make_weights
+from grader.suites.paged_kv._ranks_decoder import PagedCache, generate, make_weights
+from grader.suites.paged_kv._ref_decoder import ContiguousCache
 
 SEED = 11
 NUM_BLOCKS = 64

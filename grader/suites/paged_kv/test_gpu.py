@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from grader.compare import Tolerance, assert_close, unit_roundoff
-from grader.suites.paged_kv.test_paged_attention import dense_attention, make_case
+from grader.suites.paged_kv._cases import make_case
+from grader.suites.paged_kv._ref_decoder import dense_attention
 from harness.cases import case_value, run_cases
 
 pytestmark = pytest.mark.gpu

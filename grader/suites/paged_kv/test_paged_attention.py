@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from grader.compare import assert_close
-from grader.seeds import seeded_generator
+from grader.suites.paged_kv._cases import make_case
+from grader.suites.paged_kv._ref_decoder import dense_attention
 from harness.cases import case_value, run_cases
 
 
@@ -46,47 +47,6 @@ def rank_count_ops(ctx, cases):
             cache.paged_attention(c["q"], c["k_cache"], c["v_cache"], c["tables"], c["lens"])
         counts[name] = counter.calls
     return counts
-
-
-def make_case(seed: int, lens: list[int], block_size: int, heads: int, kv_heads: int,
-              dim: int, dtype: torch.dtype, extra_pad: int = 1, scale: float | None = None,
-              num_blocks: int | None = None) -> dict:
-    gen = seeded_generator(seed)
-    needed = [-(-n // block_size) for n in lens]
-    width = max(needed) + extra_pad
-    num_blocks = num_blocks or sum(needed) + 3
-    ids = torch.randperm(num_blocks, generator=gen).tolist()
-    tables = torch.full((len(lens), width), -1, dtype=torch.long)
-    for b, count in enumerate(needed):
-        tables[b, :count] = torch.tensor(ids[:count])
-        ids = ids[count:]
-    shape = (num_blocks, block_size, kv_heads, dim)
-    case = {"q": torch.randn(len(lens), heads, dim, generator=gen, dtype=dtype),
-            "k_cache": torch.randn(shape, generator=gen, dtype=dtype) * 2,
-            "v_cache": torch.randn(shape, generator=gen, dtype=dtype),
-            "tables": tables, "lens": torch.tensor(lens, dtype=torch.long)}
-    if scale is not None:
-        case["scale"] = scale
-    return case
-
-
-def dense_attention(case: dict) -> torch.Tensor:
-    """Plain attention over each sequence's gathered keys and values (float64)."""
-    q, k_cache, v_cache = case["q"], case["k_cache"], case["v_cache"]
-    _, block_size, kv_heads, dim = k_cache.shape
-    group = q.shape[1] // kv_heads
-    scale = case.get("scale", dim ** -0.5)
-    out = []
-    for b, n in enumerate(case["lens"].tolist()):
-        slots = [int(case["tables"][b, p // block_size]) * block_size + p % block_size
-                 for p in range(n)]
-        keys = k_cache.reshape(-1, kv_heads, dim)[slots].double()
-        values = v_cache.reshape(-1, kv_heads, dim)[slots].double()
-        keys = keys.repeat_interleave(group, dim=1)      # [n, heads, dim]
-        values = values.repeat_interleave(group, dim=1)
-        scores = torch.einsum("hd,nhd->hn", q[b].double(), keys) * scale
-        out.append(torch.einsum("hn,nhd->hd", torch.softmax(scores, -1), values))
-    return torch.stack(out)  # float64: the tolerance then measures the code under test
 
 
 CASES = {

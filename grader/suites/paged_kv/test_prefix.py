@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from grader.suites.paged_kv._common import job_tests
+from grader.suites.paged_kv._cases import job_tests
 
 
 def chunk(i: int, block_size: int) -> list[int]:

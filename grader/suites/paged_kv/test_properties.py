@@ -11,8 +11,7 @@ lengths, copies, cached-token counts and eviction choices.
 
 from __future__ import annotations
 
-from grader.suites.paged_kv._common import job_tests
-from grader.suites.paged_kv._gen import draw_sequences
+from grader.suites.paged_kv._cases import draw_sequences, job_tests
 
 EXAMPLES = 30
 CONFIGS = {

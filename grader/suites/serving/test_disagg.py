@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from assignments.serving.model import DIM
-from grader.suites.serving._common import MEMO, reference_outputs
-from grader.suites.serving._gen import draw_ints, workload
+from grader.suites.serving._cases import MEMO, draw_ints, workload
+from grader.suites.serving._ref import reference_outputs
 from harness.cases import case_value
 
 pytestmark = pytest.mark.exercises("prefill_and_send", "recv_and_decode")

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from grader.suites.serving._checks import check_run
-from grader.suites.serving._common import roomy_plans, value
-from grader.suites.serving._jobs import JOBS, expected, jobs_result
+from grader.suites.serving._cases import JOBS, expected, jobs_result, value
+from grader.suites.serving._ref import roomy_plans
+from grader.suites.serving._ref_checks import check_run
 
 pytestmark = pytest.mark.exercises("Engine")
 

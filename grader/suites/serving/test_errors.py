@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from grader.suites.serving._common import ref_sample, value
-from grader.suites.serving._jobs import ERROR_CALLS, JOBS, jobs_result
+from grader.suites.serving._cases import ERROR_CALLS, JOBS, jobs_result, value
+from grader.suites.serving._ref import ref_sample
 
 
 @pytest.fixture(scope="module")

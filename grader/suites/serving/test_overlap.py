@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import pytest
 
-from grader.suites.serving._checks import check_run
-from grader.suites.serving._common import value
-from grader.suites.serving._jobs import JOBS, expected, jobs_result
+from grader.suites.serving._cases import JOBS, expected, jobs_result, value
+from grader.suites.serving._ref_checks import check_run
 
 pytestmark = pytest.mark.exercises("Engine")
 OVERLAP = ["overlap_roomy0", "overlap_roomy1", "overlap_roomy2", "overlap_tight0",

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from grader.suites.serving._common import value
-from grader.suites.serving._jobs import JOBS, jobs_result
-from grader.suites.serving._radix_ref import RadixModel
+from grader.suites.serving._cases import JOBS, jobs_result, value
+from grader.suites.serving._ref import RadixModel
 
 pytestmark = pytest.mark.exercises("RadixCache")
 

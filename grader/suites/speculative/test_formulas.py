@@ -8,7 +8,7 @@ import torch
 
 from grader.compare import assert_close
 from grader.seeds import seeded_generator
-from grader.suites.speculative._common import F64, call, raises, run_tasks, value
+from grader.suites.speculative._cases import F64, call, raises, run_tasks, value
 
 SERIES = [(alpha, k) for alpha in (0.0, 0.3, 0.6, 0.8, 0.9, 0.999, 1.0) for k in range(9)]
 BAD = {"alpha=-0.1": (-0.1, 2), "alpha=1.5": (1.5, 2), "k=-1": (0.5, -1)}

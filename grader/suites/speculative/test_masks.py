@@ -13,7 +13,7 @@ import random
 import pytest
 
 from grader.seeds import shifted
-from grader.suites.speculative._common import run_tasks, value
+from grader.suites.speculative._cases import run_tasks, value
 
 ALPHABET = "abc"
 SHORT_VOCAB = ["a", "b", "<eos>", "c", ""]
@@ -125,7 +125,7 @@ def judge(rows: object, d: dict, vocab: list[str], eos: int, what: str,
           columns: list[int] | None = None) -> None:
     states = len(d["transitions"])
     assert isinstance(rows, list) or hasattr(rows, "shape"), f"{what}: got {rows!r:.80}"
-    got = [[bool(v) for v in row] for row in rows.tolist()]  # type: ignore[union-attr]
+    got = [[bool(v) for v in row] for row in rows.tolist()]  # type: ignore[attr-defined]
     assert len(got) == states and all(len(row) == len(vocab) for row in got), (
         f"{what}: expected a bool tensor [{states}, {len(vocab)}] (one row per state, one "
         f"column per token)")

@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from grader.suites.speculative._common import raises, run_tasks, value
+from grader.suites.speculative._cases import raises, run_tasks, value
 
 MAX_LEN = 5
 GROUPS = {  # name: (alphabet, patterns, hint)

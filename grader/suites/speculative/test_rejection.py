@@ -13,14 +13,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grader.suites.speculative._common import (
-    F64,
-    judge_distribution,
-    run_tasks,
-    seed,
-    tokens_list,
-    value,
-)
+from grader.suites.speculative._cases import F64, run_tasks, seed, value
+from grader.suites.speculative._ref import judge_distribution, tokens_list
 
 # k = 3 over V = 5: token 0 is accepted with 0.6, token 1 always (p > q), token 3 with 0.5.
 Q = torch.tensor([[0.5, 0.2, 0.1, 0.1, 0.1],

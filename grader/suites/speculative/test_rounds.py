@@ -17,19 +17,13 @@ import math
 import pytest
 import torch
 
-from grader.suites.speculative._common import (
-    F64,
+from grader.suites.speculative._cases import F64, constant, raises, run_tasks, seed, tiny, value
+from grader.suites.speculative._ref import (
     FAILURE_PROBABILITY,
-    constant,
     greedy_rounds,
     judge_distribution,
-    raises,
-    run_tasks,
-    seed,
     sequence_distribution,
-    tiny,
     tokens_list,
-    value,
 )
 
 NEW = 16

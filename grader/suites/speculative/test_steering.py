@@ -15,16 +15,8 @@ import re
 import pytest
 import torch
 
-from grader.suites.speculative._common import (
-    judge_distribution,
-    next_probs,
-    raises,
-    run_tasks,
-    seed,
-    tiny,
-    tokens_list,
-    value,
-)
+from grader.suites.speculative._cases import raises, run_tasks, seed, tiny, value
+from grader.suites.speculative._ref import judge_distribution, next_probs, tokens_list
 
 VOCAB = ["a", "b", "c", "d", "ab", "bc", "cd", "x", "<eos>", "abcd"]
 EOS = 8

@@ -10,17 +10,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grader.suites.tensor_parallel._common import (
+from grader.suites.tensor_parallel._cases import (
     ALL_REDUCE_OPS,
     BACKEND,
     DTYPE,
     TIMEOUT_S,
     TRANSPORT,
-    check,
-    comm_windows,
-    describe,
-    leaf,
 )
+from grader.suites.tensor_parallel._ranks import leaf
+from grader.suites.tensor_parallel._ref import check, comm_windows, describe
 from harness.cases import case_values, run_cases, where
 
 WORLDS = (2, 4)

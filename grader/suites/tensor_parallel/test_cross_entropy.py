@@ -15,17 +15,19 @@ import pytest
 import torch
 
 from grader.seeds import seeded_generator
-from grader.suites.tensor_parallel._common import (
+from grader.suites.tensor_parallel._cases import (
     ALL_REDUCE_OPS,
     BACKEND,
     TIMEOUT_S,
     TRANSPORT,
+    inputs_only,
+)
+from grader.suites.tensor_parallel._ranks import leaf
+from grader.suites.tensor_parallel._ref import (
     check,
     comm_windows,
     dense_cross_entropy,
     describe,
-    inputs_only,
-    leaf,
     randn,
     shard,
 )

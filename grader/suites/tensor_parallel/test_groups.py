@@ -10,12 +10,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grader.suites.tensor_parallel._common import (
+from grader.suites.tensor_parallel._cases import (
     ALL_REDUCE_OPS,
     BACKEND,
     TIMEOUT_S,
     TRANSPORT,
-    build_linear,
+    inputs_only,
+)
+from grader.suites.tensor_parallel._ranks import build_linear, leaf, linear_step
+from grader.suites.tensor_parallel._ref import (
     check,
     comm_windows,
     dense_cross_entropy,
@@ -23,10 +26,7 @@ from grader.suites.tensor_parallel._common import (
     dense_linear_run,
     dense_mlp_run,
     describe,
-    inputs_only,
-    leaf,
     linear_state,
-    linear_step,
     randn,
     shard,
 )

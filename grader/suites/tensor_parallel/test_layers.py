@@ -15,16 +15,9 @@ import itertools
 import pytest
 import torch
 
-from grader.suites.tensor_parallel._common import (
-    BACKEND,
-    TIMEOUT_S,
-    build_linear,
-    check,
-    dense_linear_case,
-    inputs_only,
-    linear_step,
-    shard,
-)
+from grader.suites.tensor_parallel._cases import BACKEND, TIMEOUT_S, inputs_only
+from grader.suites.tensor_parallel._ranks import build_linear, linear_step
+from grader.suites.tensor_parallel._ref import check, dense_linear_case, shard
 from harness.cases import case_values, run_cases, where
 
 WORLDS = (1, 2, 4)

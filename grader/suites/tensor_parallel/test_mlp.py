@@ -10,21 +10,21 @@ from __future__ import annotations
 
 import pytest
 
-from grader.suites.tensor_parallel._common import (
+from grader.suites.tensor_parallel._cases import (
     ALL_REDUCE_OPS,
     BACKEND,
     TIMEOUT_S,
     TRANSPORT,
-    build_linear,
+    inputs_only,
+)
+from grader.suites.tensor_parallel._ranks import build_linear, leaf, param_grad
+from grader.suites.tensor_parallel._ref import (
     check,
     comm_windows,
     dense_linear,
     dense_mlp_run,
     describe,
-    inputs_only,
-    leaf,
     linear_state,
-    param_grad,
     randn,
     shard,
 )

@@ -15,15 +15,9 @@ import torch.nn.functional as F
 
 from grader.compare import assert_close
 from grader.seeds import seeded_generator
-from grader.suites.tensor_parallel._common import (
-    BACKEND,
-    TIMEOUT_S,
-    build_linear,
-    check,
-    dense_linear_case,
-    linear_step,
-    shard,
-)
+from grader.suites.tensor_parallel._cases import BACKEND, TIMEOUT_S
+from grader.suites.tensor_parallel._ranks import build_linear, linear_step
+from grader.suites.tensor_parallel._ref import check, dense_linear_case, shard
 from harness.cases import case_values, run_cases, where
 
 WORLD = 4

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from grader.compare import assert_close
-from grader.suites.zero2._checks import TRAINING_HINT, assert_history
-from grader.suites.zero2._common import shared_run
+from grader.suites.zero2._cases import shared_run
+from grader.suites.zero2._ref import TRAINING_HINT, assert_history
 from harness.cases import where
 
 # Every test calls the module's one public name.

@@ -10,15 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from grader.suites.zero2._checks import assert_history
-from grader.suites.zero2._common import (
-    LAUNCH_TIMEOUT,
-    TWO_GROUPS,
-    make_data,
-    rank_slices,
-    rank_train,
-    reference_run,
-)
+from grader.suites.zero2._cases import LAUNCH_TIMEOUT, TWO_GROUPS, make_data, rank_slices
+from grader.suites.zero2._ranks import rank_train
+from grader.suites.zero2._ref import assert_history, reference_run
 from harness.cases import where
 
 # Every test calls the module's one public name.

@@ -16,20 +16,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grader.suites.zero2._checks import assert_history
-from grader.suites.zero2._common import (
-    LAUNCH_TIMEOUT,
-    TWO_GROUPS,
+from grader.suites.zero2._cases import LAUNCH_TIMEOUT, TWO_GROUPS, make_data, rank_slices
+from grader.suites.zero2._ranks import (
     build_model,
     loss_fn,
-    make_data,
     make_optimizer,
-    rank_slices,
-    reference_run,
     round_trip,
     snapshot,
     train,
 )
+from grader.suites.zero2._ref import assert_history, reference_run
 from harness.cases import case_values, run_cases, where
 
 # Every test calls the module's one public name.

@@ -15,18 +15,9 @@ import pytest
 import torch
 from torch import nn
 
-from grader.suites.zero2._checks import assert_history
-from grader.suites.zero2._common import (
-    LAUNCH_TIMEOUT,
-    TWO_GROUPS,
-    build_model,
-    make_data,
-    make_optimizer,
-    rank_slices,
-    reference_run,
-    shard_numel,
-    train,
-)
+from grader.suites.zero2._cases import LAUNCH_TIMEOUT, TWO_GROUPS, make_data, rank_slices
+from grader.suites.zero2._ranks import build_model, make_optimizer, train
+from grader.suites.zero2._ref import assert_history, reference_run, shard_numel
 from harness.cases import case_value, run_cases, where
 
 # Every test calls the module's one public name.

@@ -12,8 +12,13 @@ from __future__ import annotations
 
 import pytest
 
-from grader.suites.zero2._checks import check_step_traffic, expected_bytes
-from grader.suites.zero2._common import Run, shard_numel, shared_run, trainable_numel
+from grader.suites.zero2._cases import Run, shared_run
+from grader.suites.zero2._ref import (
+    check_step_traffic,
+    expected_bytes,
+    shard_numel,
+    trainable_numel,
+)
 from harness.cases import where
 from harness.commlog import windows
 

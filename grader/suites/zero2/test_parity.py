@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grader.suites.zero2._checks import TRAINING_HINT, assert_history, traffic
-from grader.suites.zero2._common import shard_numel, shared_run
+from grader.suites.zero2._cases import shared_run
+from grader.suites.zero2._ref import TRAINING_HINT, assert_history, shard_numel, traffic
 from harness.cases import where
 from harness.commlog import windows
 

@@ -13,16 +13,9 @@ from __future__ import annotations
 
 import pytest
 
-from grader.suites.zero2._checks import REDUCE_SCATTER_OPS, SEND_OPS, assert_history
-from grader.suites.zero2._common import (
-    LAUNCH_TIMEOUT,
-    build_model,
-    make_data,
-    make_optimizer,
-    rank_slices,
-    reference_run,
-    train,
-)
+from grader.suites.zero2._cases import LAUNCH_TIMEOUT, make_data, rank_slices
+from grader.suites.zero2._ranks import build_model, make_optimizer, train
+from grader.suites.zero2._ref import REDUCE_SCATTER_OPS, SEND_OPS, assert_history, reference_run
 from harness.cases import where
 from harness.commlog import windows
 

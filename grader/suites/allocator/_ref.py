@@ -200,7 +200,7 @@ class Model:
         self.next_addr += round_up(size, SEGMENT_ALIGNMENT)
         return addr
 
-    def malloc(self, size: int, stream: int, info: dict) -> int:
+    def malloc(self, size: int, stream: int, info: dict) -> int:  # noqa: C901
         if size < 1 or stream < 0:
             raise ValueError
         self.process_events()
@@ -286,7 +286,7 @@ class Model:
             blk.uses.add(stream)
 
     # -- one operation -------------------------------------------------------------------------
-    def step(self, op: tuple) -> dict:
+    def step(self, op: tuple) -> dict:  # noqa: C901
         """Apply `op`; return the expected record: error, ret, stats, snapshot, device, oom,
         and `info` (for diagnosis)."""
         kind = op[0]

@@ -1,4 +1,5 @@
-"""Parent-side reference model of the allocator contract, and the judge of returned traces.
+"""Parent-side reference model of the allocator contract (its rules and error texts are in
+`_ref_rules`; judging a job's traces with it is `_cases.judge_all`).
 
 The model never imports code under test. It keeps block tables, reference counts, the free
 blocks split into *uncached* (a set: any of them may be handed out) and *evictable* (cached
@@ -25,16 +26,15 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-
-class TraceMismatch(AssertionError):
-    """The implementation's record of one operation breaks the contract.
-
-    `args[0]` is the first line shown to students: what went wrong, no hidden inputs.
-    """
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
+from grader.suites.paged_kv._ref_rules import (
+    _API_NAME,
+    QUERIES,
+    TraceMismatch,
+    _check_fresh,
+    _error_message,
+    _int_list,
+    ceil_div,
+)
 
 
 @dataclass
@@ -145,7 +145,7 @@ class Model:
         """Apply `op` with the model's own block choices; return what the API returns."""
         return self._apply(op, None)
 
-    def _apply(self, op: tuple, rec: dict | None) -> object:
+    def _apply(self, op: tuple, rec: dict | None) -> object:  # noqa: C901
         """Apply a successful op. With `rec`, adopt and check the implementation's choices."""
         error = self.expected_error(op)
         if error is not None:
@@ -349,106 +349,3 @@ class Model:
         if seq is not None and rec["slots"] != self.slots(seq):
             raise TraceMismatch(f"after {name}: slot_mapping differs from the block table "
                                 f"(slot = table[p // block_size] * block_size + p % block_size)")
-
-
-QUERIES = ("block_table", "seq_len", "slot_mapping")
-_API_NAME = {"allocate": "allocate", "append": "append_slot", "fork": "fork", "free": "free",
-             "prompt": "allocate_prompt", "can": "can_allocate",
-             **{query: query for query in QUERIES}}
-
-_WHY = {
-    ("allocate", "ValueError"): "an existing seq id or a negative token count",
-    ("can", "ValueError"): "a negative token count",
-    ("append", "KeyError"): "an unknown seq id",
-    ("fork", "KeyError"): "an unknown parent id",
-    ("fork", "ValueError"): "a child id that already exists",
-    ("free", "KeyError"): "an unknown seq id",
-    ("prompt", "ValueError"): "an existing seq id or an empty prompt",
-    **{(query, "KeyError"): "an unknown seq id" for query in QUERIES},
-}
-
-
-def _error_message(name: str, expected: str | None, got: str | None, op: tuple) -> str:
-    if expected is None:
-        return f"{name} raised {got} where it should succeed"
-    if expected == "OutOfBlocks":
-        return (f"{name} should raise OutOfBlocks (too few free blocks for the request) but "
-                f"{'succeeded' if got is None else 'raised ' + got}")
-    why = _WHY.get((op[0], expected), "invalid arguments")
-    return (f"{name} with {why} should raise {expected} but "
-            f"{'succeeded' if got is None else 'raised ' + got}")
-
-
-def _int_list(value: object, what: str) -> list[int]:
-    if not isinstance(value, (list, tuple)) or not all(
-            isinstance(v, int) and not isinstance(v, bool) for v in value):
-        raise TraceMismatch(f"{what} is not a list of int block ids")
-    return list(value)
-
-
-def _check_fresh(chosen: list[int], n: int, uncached: set[int], lru: list[int],
-                 what: str) -> None:
-    """Fresh blocks must be free; uncached ones first; cached ones least recently used first."""
-    if len(set(chosen)) != len(chosen):
-        raise TraceMismatch(f"{what} handed out the same block twice")
-    for block in chosen:
-        if block not in uncached and block not in lru:
-            raise TraceMismatch(
-                f"{what} handed out a block that is still in use (reference count > 0); "
-                f"take only free blocks, and count references on fork")
-    cached = [b for b in chosen if b not in uncached]
-    if cached and len(chosen) - len(cached) < min(n, len(uncached)):
-        raise TraceMismatch(
-            f"{what} evicted a cached block while uncached free blocks were left; evict only "
-            f"when no uncached free block remains")
-    if cached and set(cached) != set(lru[:len(cached)]):
-        raise TraceMismatch(
-            f"{what} evicted a cached block out of LRU order; evict the block that became free "
-            f"the longest time ago first (free releases a table's blocks last block first)")
-
-
-def _judge_constructor(config: dict, trace: list[dict]) -> None:
-    """The constructor raises ValueError exactly when num_blocks or block_size is < 1."""
-    cls = "PrefixCachingAllocator" if config.get("prefix") else "BlockAllocator"
-    invalid = config["num_blocks"] < 1 or config["block_size"] < 1
-    got = trace[0].get("init_error") if trace else None
-    if invalid and got != "ValueError":
-        raise TraceMismatch(
-            f"{cls}(num_blocks, block_size) with a size < 1 should raise ValueError but "
-            + ("succeeded" if got is None else f"raised {got}")
-            + f"\n  (config {config['name']}: num_blocks={config['num_blocks']}, "
-              f"block_size={config['block_size']})")
-    if not invalid and got is not None:
-        raise TraceMismatch(
-            f"{cls}(num_blocks, block_size) raised {got} for sizes >= 1; only a size < 1 is "
-            f"invalid (one block of one slot is a valid pool)"
-            + f"\n  (config {config['name']}: num_blocks={config['num_blocks']}, "
-              f"block_size={config['block_size']})")
-
-
-def judge_trace(config: dict, ops: list[tuple], trace: list[dict]) -> None:
-    """Judge one whole trace; raise TraceMismatch whose first line names the failing check."""
-    _judge_constructor(config, trace)
-    if trace and "init_error" in trace[0]:
-        return  # the sizes are invalid and the constructor rejected them: nothing more ran
-    model = Model(config["num_blocks"], config["block_size"], config.get("prefix", False))
-    for index, (op, rec) in enumerate(zip(ops, trace)):
-        try:
-            model.judge(op, rec)
-        except TraceMismatch as exc:
-            start = max(0, index - 6)
-            recent = "\n".join(f"    {i}: {ops[i]!r}" for i in range(start, index + 1))
-            raise TraceMismatch(
-                f"{exc.args[0]}\n  (config {config['name']}: num_blocks={config['num_blocks']}, "
-                f"block_size={config['block_size']}; operation {index}; the last operations:\n"
-                f"{recent})") from None
-    if len(trace) != len(ops):
-        raise TraceMismatch(f"the trace stopped after {len(trace)} of {len(ops)} operations")
-
-
-def judge_all(config: dict, sequences: list[list[tuple]], traces: list[list[dict]]) -> None:
-    """Judge every trace of one config; the first failure is raised."""
-    if len(traces) != len(sequences):
-        raise AssertionError(f"got {len(traces)} traces for {len(sequences)} sequences")
-    for ops, trace in zip(sequences, traces, strict=True):
-        judge_trace(config, ops, trace)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from grader.suites.allocator._model import DEVICE_KEYS, STAT_KEYS, STATES, Model
+from grader.suites.allocator._ref import DEVICE_KEYS, STAT_KEYS, STATES, Model
 
 MIB = 1 << 20
 
@@ -263,7 +263,7 @@ def error_hint(expected: str | None, got: str | None) -> str:
     return ""
 
 
-def judge_trace(capacity: int, ops: list[tuple], trace: list[dict], name: str,
+def judge_trace(capacity: int, ops: list[tuple], trace: list[dict], name: str,  # noqa: C901
                 expandable: bool = False) -> None:
     """Raise TraceMismatch at the first record that breaks the contract (with `expandable`,
     of the expandable-segments policy, README §12)."""

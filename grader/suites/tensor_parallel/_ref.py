@@ -1,17 +1,8 @@
-"""Shared pieces of the tensor_parallel hidden suite.
+"""References of the tensor_parallel hidden suite, computed in the parent with plain torch.
 
-Parent side: dense layers built with plain torch from a seed, their forward and backward, the
-slice of a dense tensor that belongs to a rank, the windows of the communication log, and the
-unpacking of what the ranks returned. Rank side: rebuilding an `nn.Linear` from the dense
-weights the parent sent, and `run_parts`, which runs several independent checks in one launch.
-
-A launch runs a list of named *parts*, each in its own error scope (`harness.cases.run_cases`):
-a part that raises is recorded and the rank goes on with the next, so a student who has written
-the operators but not yet the cross-entropy still gets the operators graded, and a bug in
-`gather_output` costs only the tests that read that part. The parent reads a part with
-`harness.cases.case_values`: a stub's NotImplementedError comes back as "not implemented", any
-other exception as an AssertionError naming the part (see harness/cases.py for how the ranks stay
-in step when a part fails on some ranks only).
+Dense layers built from a seed, their forward and backward, the dense cross-entropy, the slice
+of a dense tensor that belongs to a rank, the windows of the communication log, and the
+checks of what the ranks returned.
 """
 
 from __future__ import annotations
@@ -25,20 +16,9 @@ from torch import nn
 
 from grader.compare import assert_close
 from grader.seeds import seeded_generator, shifted
+from grader.suites.tensor_parallel._cases import DTYPE, NOT_COMMUNICATION
 from harness import CommRecord
 from harness.commlog import as_log, windows
-
-DTYPE = torch.float64
-# Inputs and layers live on the CPU: values and call counts do not depend on the backend, and
-# gloo runs everywhere (a GPU grader would otherwise pick NCCL, which needs CUDA tensors).
-BACKEND = "gloo"
-TIMEOUT_S = 90.0
-# The launches whose communication is judged go over the sidecars: the windows the tests read
-# are what the sidecars carried (`comm_windows`), not what the rank logged.
-TRANSPORT = "sidecar"
-ALL_REDUCE_OPS = frozenset({"all_reduce", "ProcessGroup.allreduce"})
-NOT_COMMUNICATION = frozenset({"mark"})
-
 
 # ---- parent: dense references ------------------------------------------------------------------
 
@@ -98,27 +78,13 @@ def dense_mlp_run(up: nn.Linear, down: nn.Linear, x: torch.Tensor,
 
 
 def dense_cross_entropy(logits: torch.Tensor, target: torch.Tensor,
-                        loss_weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                        loss_weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token loss [...] and the gradient of sum(loss * loss_weight) w.r.t. the logits."""
     logits = logits.clone().requires_grad_()
     loss = F.cross_entropy(logits.flatten(0, -2), target.flatten(), reduction="none")
     loss = loss.reshape(target.shape)
     (loss * loss_weight).sum().backward()
     return loss.detach(), logits.grad
-
-
-ANSWER_KEYS = frozenset({"expected", "loss", "grad"})  # what the parent judges with, never sent
-
-
-def inputs_only(cases: Any) -> Any:
-    """`cases` without the parent's answers: every dict loses its `ANSWER_KEYS` (ranks get
-    inputs, never verdicts: a rank can read whatever it is sent from its caller's frame)."""
-    if isinstance(cases, dict):
-        return {key: inputs_only(value) for key, value in cases.items()
-                if key not in ANSWER_KEYS}
-    if isinstance(cases, (list, tuple)):
-        return type(cases)(inputs_only(value) for value in cases)
-    return cases
 
 
 def shard(t: torch.Tensor | None, rank: int, world: int, dim: int = -1) -> torch.Tensor | None:
@@ -151,36 +117,3 @@ def comm_windows(result: Any, rank: int) -> defaultdict[str, list[CommRecord]]:
 def describe(records: list[CommRecord]) -> str:
     calls = [f"{r.op}({r.numel})" for r in records if r.op not in NOT_COMMUNICATION]
     return ", ".join(calls) if calls else "no communication"
-
-
-# ---- rank side -----------------------------------------------------------------------------------
-
-def build_linear(state: dict[str, torch.Tensor | None]) -> nn.Linear:
-    """An nn.Linear holding copies of the dense weights the parent sent (plain torch)."""
-    weight, bias = state["weight"], state["bias"]
-    linear = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None,
-                       dtype=weight.dtype)
-    with torch.no_grad():
-        linear.weight.copy_(weight)
-        if bias is not None:
-            linear.bias.copy_(bias)
-    return linear
-
-
-def leaf(t: torch.Tensor) -> torch.Tensor:
-    return t.detach().clone().requires_grad_()
-
-
-def param_grad(p: torch.Tensor | None) -> torch.Tensor | None:
-    return None if p is None else p.grad
-
-
-def linear_step(layer: nn.Module, x: torch.Tensor, grad_y: torch.Tensor) -> dict[str, Any]:
-    """Run a (sharded) linear layer on a leaf copy of `x` and backpropagate `grad_y`: the output
-    `y`, `x_grad`, `weight_grad` and `bias_grad` (None without a bias), the keys of
-    `dense_linear_run`."""
-    x = leaf(x)
-    y = layer(x)
-    y.backward(grad_y)
-    return {"y": y.detach(), "x_grad": x.grad, "weight_grad": param_grad(layer.weight),
-            "bias_grad": param_grad(layer.bias)}

@@ -1,13 +1,9 @@
-"""Shared pieces of the mixed_precision hidden suite.
+"""What travels to the ranks of the mixed_precision hidden suite: one rank function per test
+module, and the scenario runners.
 
-Each test module builds its cases in the parent, runs all of them in one rank (a module-scoped
-fixture's single launch; every case in its own error scope, `harness.cases.run_cases`) and
-judges what comes back against references computed here with plain torch: torch's own casts
-for the rounding and the fp8 emulation, `torch.amp.GradScaler` on CPU for the loss scaler, and
-a plain fp32 loop for the master weights. The rank gets inputs only.
-
-The scenario runners (`scaler_run`, `master_run`) are written once and run twice: in the rank
-with the code under test, and here with the reference (GradScaler, a hand-written master loop).
+The scenario runners (`scaler_run`, `master_run`, `fp8_run`) are written once and run twice:
+in the rank with the code under test, and in the parent (`_ref`) with the reference
+(GradScaler, a hand-written master loop).
 """
 
 from __future__ import annotations
@@ -19,106 +15,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from grader.compare import assert_close
-from harness.cases import case_value, run_cases
-
-TIMEOUT = 120.0
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "e4m3": torch.float8_e4m3fn,
-          "e5m2": torch.float8_e5m2}
-# (mantissa bits, smallest normal exponent, largest finite value) of each format
-SPECS = {"bf16": (7, -126, 3.3895313892515355e38), "fp16": (10, -14, 65504.0),
-         "e4m3": (3, -6, 448.0), "e5m2": (2, -14, 57344.0)}
-
-
-def launch_cases(launch: Any, rank_fn: Callable[..., Any], cases: dict[str, Any]) -> dict:
-    return launch(rank_fn, world_size=1, args=(cases,), timeout=TIMEOUT).values[0]
-
-
-def outcome(results: dict, key: str, what: str) -> Any:
-    """The case's value; a failed case re-raises here ("not implemented yet: ..." for a stub)."""
-    return case_value(results[key], what)
-
-
-def error_of(results: dict, key: str, what: str) -> dict | None:
-    """The case's exception as data ({"type", "message", ...}), None if it returned; a stub
-    re-raises as "not implemented"."""
-    got = results[key]
-    if got.get("ok"):
-        return None
-    error = got.get("error") or {}
-    if error.get("not_implemented"):
-        case_value(got, what)
-    return error
-
-
-def said(*, hint: str) -> str:
-    """`hint`, marked as text for students (grader/reasons.py keeps hint= strings)."""
-    return hint
-
-
-# -- rounding ---------------------------------------------------------------------------------
-def as_float32(bit_patterns: list[int]) -> torch.Tensor:
-    """float32 values with the given 32-bit patterns (unsigned ints below 2**32)."""
-    signed = [b - 2**32 if b >= 2**31 else b for b in bit_patterns]
-    return torch.tensor(signed, dtype=torch.int32).view(torch.float32)
+from harness.cases import run_cases
 
 
 def rank_round(ctx: Any, cases: dict[str, tuple[torch.Tensor, str]]) -> dict:
     amp = ctx.impl_module("mixed_precision", "amp")
     return run_cases(ctx, [(key, lambda x=x, fmt=fmt: amp.round_to(x.clone(), fmt))
                            for key, (x, fmt) in cases.items()])
-
-
-def torch_round(x: torch.Tensor, fmt: str) -> torch.Tensor:
-    return x.to(DTYPES[fmt]).to(torch.float32)
-
-
-def spacing(value: float, fmt: str) -> float:
-    """The distance between neighbours of `fmt` around |value| (finite, within range)."""
-    mant, emin, _ = SPECS[fmt]
-    exponent = max(math.frexp(abs(value))[1] - 1, emin) if value else emin
-    return 2.0 ** (exponent - mant)
-
-
-def round_mistake(x: float, got: float, want: float, fmt: str) -> str:
-    """What a wrong rounding of x says about its cause (the first words of the failure)."""
-    mant, emin, top = SPECS[fmt]
-    if math.isnan(want):
-        return "NaN must stay NaN"
-    if fmt == "e4m3" and math.isinf(got) and abs(want) == top:
-        return ("E4M3 (fn) has no infinities: saturate to ±448 above the largest finite value, "
-                "inf included, as torch's cast does")
-    if math.isinf(want) and not math.isinf(got):
-        return f"{fmt} overflows to ±inf above its largest finite value {top:g} (and keeps inf)"
-    if got == 0.0 and want != 0.0 and abs(want) < 2.0 ** emin:
-        return ("subnormals flushed to zero: below the smallest normal 2^"
-                f"{emin} the spacing stays 2^{emin - mant} (gradual underflow)")
-    if not math.isinf(want) and not math.isinf(got) and math.isfinite(x):
-        step = spacing(want, fmt)
-        low = math.floor(x / step) * step
-        if x - low == step / 2 and abs(got) > abs(want):
-            return "ties must round to even, not half up (away from zero)"
-        if math.copysign(1.0, got) != math.copysign(1.0, want):
-            return "the sign is lost (±0 keeps its sign too)"
-    return "not the nearest value (ties to even)"
-
-
-def check_rounding(x: torch.Tensor, got: Any, fmt: str, what: str) -> None:
-    """Bit-for-bit against torch's cast (NaN only as NaN); the first line names the cause."""
-    want = torch_round(x, fmt)
-    if not isinstance(got, torch.Tensor) or got.dtype != torch.float32 or got.shape != x.shape:
-        raise AssertionError(f"{what}: expected a float32 tensor of shape {tuple(x.shape)}, got "
-                             f"{getattr(got, 'dtype', type(got).__name__)} "
-                             f"{tuple(getattr(got, 'shape', ()))}")
-    same = (got.view(torch.int32) == want.view(torch.int32)) | (got.isnan() & want.isnan())
-    if bool(same.all()):
-        return
-    bad = (~same).nonzero().flatten()
-    i = int(bad[0])
-    cause = round_mistake(float(x[i]), float(got[i]), float(want[i]), fmt)
-    raise AssertionError(f"{what}: {cause} (README §3) — {len(bad)} of {x.numel()} values "
-                         f"differ, e.g. {float(x[i])!r} -> {float(got[i])!r}, torch's cast "
-                         f"gives {float(want[i])!r}")
 
 
 # -- the loss scaler ---------------------------------------------------------------------------
@@ -213,8 +116,8 @@ def scaler_probe(amp: Any, name: str) -> Any:
         try:
             s.unscale_(opt)
         except RuntimeError:
-            return ["raised", w.grad.clone()]
-        return ["returned", w.grad.clone()]
+            return ["raised", w.grad.clone()]  # type: ignore[union-attr]
+        return ["returned", w.grad.clone()]  # type: ignore[union-attr]
     if name == "bad_args":
         raised = []
         for kwargs in ({"init_scale": 0.0}, {"growth_factor": 1.0}, {"backoff_factor": 1.0},
@@ -226,12 +129,6 @@ def scaler_probe(amp: Any, name: str) -> Any:
                 raised.append(True)
         return raised
     raise KeyError(name)
-
-
-def scaler_reference(spec: dict) -> dict[str, Any]:
-    """The same run with torch.amp.GradScaler on CPU (its step() returns None or the optimizer's
-    return: only the parameters say whether it stepped)."""
-    return scaler_run(torch.amp.GradScaler("cpu", **spec["scaler"]), spec)
 
 
 # -- master weights ------------------------------------------------------------------------------
@@ -263,27 +160,6 @@ def master_run(make: Callable[..., Any], spec: dict) -> dict[str, Any]:
             "requires_grad": [bool(m.requires_grad) for m in opt.master_params],
             "grad_dtypes": [None if g is None else str(g.dtype) for g in grads],
             "initial": initial}
-
-
-class ReferenceMaster:
-    """The parent's own master-weight loop (README §6), for `master_run`."""
-
-    def __init__(self, params: list[nn.Parameter], make_optimizer: Callable[..., Any]) -> None:
-        self.model_params = params
-        self.master_params = [p.detach().float().requires_grad_(True) for p in params]
-        self.optimizer = make_optimizer(self.master_params)
-
-    def zero_grad(self) -> None:
-        for p in self.model_params + self.master_params:
-            p.grad = None
-
-    @torch.no_grad()
-    def step(self) -> None:
-        for p, m in zip(self.model_params, self.master_params):
-            m.grad = None if p.grad is None else p.grad.float()
-        self.optimizer.step()
-        for p, m in zip(self.model_params, self.master_params):
-            p.copy_(m.to(torch.bfloat16))
 
 
 def rank_master(ctx: Any, cases: dict[str, dict]) -> dict:
@@ -368,45 +244,3 @@ def fp8_run(amp: Any, spec: dict) -> Any:
                       "dx": x.grad, "dw": layer.weight.grad,
                       "db": None if layer.bias is None else layer.bias.grad})
     return {"calls": calls, "buffers": sorted(name for name, _ in layer.named_buffers())}
-
-
-def fp8_reference(spec: dict) -> list[dict[str, Any]]:
-    """The documented emulation (README §8) with torch's own fp8 casts, in float32."""
-    state = {f"{t}_amax_history": torch.zeros(spec["h"]) for t in ("x", "w", "grad")}
-    state.update({f"{t}_scale": torch.ones(()) for t in ("x", "w", "grad")})
-
-    def dq(t: torch.Tensor, kind: str, fmt: str, top: float) -> torch.Tensor:
-        s = state[f"{kind}_scale"]
-        return (t * s).clamp(-top, top).to(DTYPES[fmt]).to(torch.float32) / s
-
-    def record(kind: str, t: torch.Tensor, top: float) -> None:
-        hist = state[f"{kind}_amax_history"]
-        hist = torch.cat([t.abs().max().reshape(1), hist[:-1]])
-        state[f"{kind}_amax_history"] = hist
-        m = hist.max()
-        if bool(torch.isfinite(m)) and float(m) > 0:
-            state[f"{kind}_scale"] = torch.tensor(448.0 if kind != "grad" else 57344.0) / m
-
-    calls = []
-    w = spec["weight"]
-    for x, g in zip(spec["xs"], spec["gs"]):
-        x_dq, w_dq = dq(x, "x", "e4m3", 448.0), dq(w, "w", "e4m3", 448.0)
-        record("x", x, 448.0)
-        record("w", w, 448.0)
-        y = x_dq @ w_dq.t() + (spec["bias"] if spec["bias"] is not None else 0.0)
-        call: dict[str, Any] = {"y": y, "fwd": {k: v.clone() for k, v in state.items()}}
-        if g is not None:
-            g_dq = dq(g, "grad", "e5m2", 57344.0)
-            record("grad", g, 57344.0)
-            call.update({"dx": g_dq @ w_dq, "dw": g_dq.t() @ x_dq, "db": g.sum(0),
-                         "bwd": {k: v.clone() for k, v in state.items()}})
-        calls.append(call)
-    return calls
-
-
-def close(actual: Any, expected: torch.Tensor, what: str, hint: str = "",
-          scale: float = 1.0) -> None:
-    if not isinstance(actual, torch.Tensor):
-        raise AssertionError(f"{what}: expected a tensor, got {type(actual).__name__}; {hint}")
-    assert_close(actual.to(torch.float64), expected.to(torch.float64), what=what, hint=hint,
-                 dtype=torch.float32, scale=scale, check_dtype=False, hint_first=True)

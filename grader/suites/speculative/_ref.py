@@ -1,9 +1,5 @@
-"""Parent side of the speculative suite: one launch per test module, independent references,
-and the statistics that judge sampled outputs.
-
-Each test module builds its tasks (see `_ranks.py`) here, runs them all in one module-scoped
-launch (`run_tasks`) and judges what comes back. `value(outcomes, name, what)` re-raises a task
-that failed in the rank as the harness does ("not implemented yet: <function>" for a stub).
+"""References of the speculative suite, computed in the parent, and the statistics that judge
+sampled outputs.
 
 References are computed here, independently of any solution: next-token distributions by
 feeding the whole sequence to a fresh provided model (no cache, no rollback), exact sequence
@@ -21,52 +17,14 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
 
-from grader.seeds import shifted
-from grader.suites.speculative._ranks import rank_tasks
-from harness.cases import case_value
+from grader.suites.speculative._cases import ModelSpec
 
-F64 = torch.float64
-TIMEOUT = 120.0
 FAILURE_PROBABILITY = 1e-9
-
-ModelSpec = tuple[str, Any]
-
-
-def run_tasks(launch: Callable[..., Any], tasks: dict[str, dict],
-              timeout: float = TIMEOUT) -> dict[str, dict]:
-    return launch(rank_tasks, world_size=1, args=(tasks,), timeout=timeout).values[0]
-
-
-def value(outcomes: Mapping[str, dict], name: str, what: str) -> Any:
-    return case_value(outcomes[name], what)
-
-
-def call(module: str, fn: str, *args: Any, **kwargs: Any) -> dict:
-    return {"kind": "call", "module": module, "fn": fn, "args": list(args), "kwargs": kwargs}
-
-
-def raises(module: str, fn: str, *args: Any, **kwargs: Any) -> dict:
-    return {**call(module, fn, *args, **kwargs), "kind": "raises"}
-
-
-def seed(base: int) -> int:
-    """A seed that travels to the rank, shifted once here (selfcheck's margin runs)."""
-    return shifted(base)
-
-
-# ---- models and their distributions -----------------------------------------------------------
-
-def tiny(vocab_size: int, seed: int, **kwargs: Any) -> ModelSpec:
-    return ("tiny", {"vocab_size": vocab_size, "seed": seed, **kwargs})
-
-
-def constant(logits: Sequence[float]) -> ModelSpec:
-    return ("constant", torch.tensor(list(logits), dtype=F64))
 
 
 def build(spec: ModelSpec) -> Any:
@@ -99,7 +57,7 @@ def sequence_distribution(spec: ModelSpec, prompt: Sequence[int], length: int,
             probs = next_probs(spec, [*prompt, *cont], temperature)
             for token, p in enumerate(probs.tolist()):
                 if p > 0:
-                    grown[(*cont, token)] = mass * p
+                    grown[cont + (token,)] = mass * p
         out = grown
     return out
 
@@ -108,7 +66,7 @@ def greedy_rounds(target: ModelSpec, draft: ModelSpec, prompt: Sequence[int], k:
                   max_new_tokens: int) -> tuple[list[int], dict[str, int]]:
     """The rounds of README §5 at temperature 0, step by step from fresh models: the tokens
     and the stats a correct speculative_generate returns."""
-    seq, new = list(prompt), []
+    seq, new = list(prompt), list[int]()
     stats = {"rounds": 0, "drafted": 0, "accepted": 0, "rejected": 0}
     while len(new) < max_new_tokens:
         k_round = min(k, max_new_tokens - len(new) - 1)

@@ -1,22 +1,66 @@
-"""Checks of the zero2 hidden suite, in the parent: parameters against the single-process
-reference (a mismatch diagnosed before the numbers: ranks that disagree, a parameter wrong from
+"""References and checks of the zero2 hidden suite, in the parent.
+
+The single-process reference (plain torch, the mean loss over the global batch); parameters
+against it (a mismatch diagnosed before the numbers: ranks that disagree, a parameter wrong from
 a shard boundary on, errors proportional to the weights), and the accounting of the
 communication log against ZeRO-2's cost model (see the stub's cost contract).
 """
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import torch
 
-from grader.suites.zero2._common import Reference, build_model, shard_numel
+from grader.suites.zero2._ranks import OPTIMIZERS, build_model, loss_fn, param_groups, snapshot
 from harness import CommRecord
 from harness.cases import where
+
+
+def trainable_numel(spec: dict) -> int:
+    model = build_model(spec)
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def shard_numel(spec: dict, world_size: int) -> int:
+    return -(-trainable_numel(spec) // world_size)
+
+
+# -- the single-process reference (parent) ----------------------------------------------------
+@dataclass
+class Reference:
+    history: list[dict[str, torch.Tensor]]  # parameters after each step
+    norms: list[float]  # clip_grad_norm_ results, one per step when spec["clip"]
+    states: dict[int, dict]  # optimizer state_dict after step k (for k in `state_after`)
+    initial: dict[str, torch.Tensor]
+
+
+def reference_run(spec: dict, x: torch.Tensor, y: torch.Tensor,
+                  state_after: tuple[int, ...] = ()) -> Reference:
+    """Train `optimizer_class` on one process over the whole global batch (mean loss)."""
+    model = build_model(spec)
+    initial = snapshot(model)
+    opt = OPTIMIZERS[spec["optimizer"]](param_groups(spec, model), **spec["defaults"])
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    history, norms, states = [], [], {}
+    for step in range(x.shape[0]):
+        opt.zero_grad()
+        loss_fn(model(x[step]), y[step]).backward()
+        if spec.get("clip") is not None:
+            norms.append(float(torch.nn.utils.clip_grad_norm_(trainable, spec["clip"])))
+        opt.step()
+        history.append(snapshot(model))
+        if step + 1 in state_after:
+            states[step + 1] = copy.deepcopy(opt.state_dict())
+    return Reference(history, norms, states, initial)
+
 
 # Names a rank may use for each half of the traffic (see the stub's cost contract).
 REDUCE_SCATTER_OPS = frozenset({"reduce_scatter", "reduce_scatter_tensor",
                                 "reduce_scatter_single", "_reduce_scatter_base"})
+
+
 ALL_GATHER_OPS = frozenset({"all_gather", "all_gather_into_tensor", "all_gather_single",
                             "_all_gather_base"})
 SEND_OPS = frozenset({"send", "isend"})
@@ -142,7 +186,7 @@ def traffic(records: list[CommRecord], world_size: int) -> Traffic:
         elif rec.op == "all_reduce" and rec.numel <= 1:
             t.scalars += 1
         elif rec.op not in RECV_OPS and rec.op not in FREE_OPS:
-            t.unexpected.append(f"{rec.op} of {rec.numel} elements")
+            t.unexpected.append(f"{rec.op} of {rec.numel} elements")  # type: ignore[union-attr]
     return t
 
 

@@ -1,18 +1,122 @@
-"""Every single-rank job of the hidden suite, built once at collection (one launch runs them
-all: `jobs_result(launch)`), and their references, computed once in the parent."""
+"""The cases of the serving hidden suite: random workloads and radix-cache operation sequences,
+every single-rank job built from them once at collection, and the launch that runs them.
+
+Hypothesis draws integers (derandomized, no example database, a small fixed number of
+examples), and each integer seeds a `random.Random` that builds one workload or sequence, so
+the draws are the same on every run and the suite stays cheap. Hypothesis only generates
+here; the examples are batched into one launch and judged afterwards (no shrinking).
+
+`JOBS` holds every job (one launch runs them all: `jobs_result(launch, impl)`, shared through
+`MEMO` by every test that asks with the same implementation under test); `expected(name)` is a
+job's reference outputs, computed once in the parent.
+"""
 
 from __future__ import annotations
 
 import functools
 import random
+from collections.abc import Callable
 from typing import Any
 
 import torch
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
 
 from assignments.serving.model import VOCAB_SIZE
 from grader.seeds import seeded_generator
-from grader.suites.serving._common import reference_outputs, run
-from grader.suites.serving._gen import draw_ints, radix_ops, workload
+from grader.suites.serving._ranks import rank_jobs
+from grader.suites.serving._ref import reference_outputs
+from harness.cases import Memo, case_value
+
+JOB_TIMEOUT = 75.0  # the launch takes ~5 s idle, ~25 s on a loaded machine; a stuck loop fails
+
+
+# -- parent side: launches -------------------------------------------------------------------------
+MEMO = Memo(hang_timeout=30.0)
+
+
+def run(launch: Callable[..., Any], impl: Any, key: str, jobs: dict[str, dict]
+        ) -> dict[str, dict]:
+    """One launch of one rank for `jobs`, shared by every test that asks for `key` with the
+    same implementation under test (a session may grade several)."""
+    return MEMO.get((impl.argument, key), lambda: launch(rank_jobs, world_size=1, args=(jobs,),
+                                        timeout=MEMO.timeout(JOB_TIMEOUT)).values[0])
+
+
+def value(outcomes: dict[str, dict], name: str, what: str) -> Any:
+    return case_value(outcomes[name], what)
+
+
+# Hypothesis may draw integer literals it finds in loaded modules' source, which differ with
+# what is loaded; drawing from a range no literal falls in keeps the draws the same.
+DRAW_OFFSET = 5 * 10**40
+
+
+def draw_ints(count: int) -> list[int]:
+    """`count` integers, the same ones on every run."""
+    drawn: list[int] = []
+
+    @settings(max_examples=count, database=None, deadline=None, derandomize=True,
+              phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+    @given(st.integers(DRAW_OFFSET, DRAW_OFFSET + 2**48))
+    def collect(value: int) -> None:
+        if len(drawn) < count:
+            drawn.append(value - DRAW_OFFSET)
+
+    collect()
+    while len(drawn) < count:  # hypothesis may stop early on a tiny space; never here
+        drawn.append(len(drawn))
+    return drawn
+
+
+def workload(seed: int, n: int, *, prompt: tuple[int, int] = (1, 20),
+             max_tokens: tuple[int, int] = (1, 14), shared: int = 0, stop: float = 0.3,
+             sampled: float = 0.3) -> list[dict]:
+    """n request specs: prompts of `shared` common tokens plus a random tail, random limits,
+    some with a stop token, some sampled at temperature 0.7."""
+    rng = random.Random(seed)
+    system = [rng.randrange(VOCAB_SIZE) for _ in range(shared)]
+    out = []
+    for i in range(n):
+        tail = [rng.randrange(VOCAB_SIZE) for _ in range(rng.randint(*prompt))]
+        out.append({"request_id": i, "prompt": system + tail,
+                    "max_tokens": rng.randint(*max_tokens),
+                    "stop_token": rng.randrange(VOCAB_SIZE) if rng.random() < stop else None,
+                    "temperature": 0.7 if rng.random() < sampled else 0.0,
+                    "seed": rng.randrange(1000)})
+    return out
+
+
+def radix_ops(seed: int, count: int, alphabet: int = 3) -> list[tuple]:
+    """Operations on a RadixCache: insert / match / lock (match + inc_ref) / unlock (dec_ref
+    of a held node) / evict, over short sequences of a few distinct tokens (so prefixes are
+    shared and edges split often); it ends by releasing every node still held and evicting
+    everything, after which the tree must be empty (a reference left behind on the lower part
+    of a split shows there)."""
+    rng = random.Random(seed)
+    ops: list[tuple] = []
+    held = 0
+
+    def seq() -> list[int]:
+        return [rng.randrange(alphabet) for _ in range(rng.randint(1, 7))]
+
+    for _ in range(count):
+        roll = rng.random()
+        if roll < 0.35:
+            ops.append(("insert", seq()))
+        elif roll < 0.55:
+            ops.append(("match", seq()))
+        elif roll < 0.65:
+            ops.append(("lock", seq()))
+            held += 1
+        elif roll < 0.75 and held:
+            ops.append(("unlock", rng.randrange(held)))
+            held -= 1
+        else:
+            ops.append(("evict", rng.randint(1, 6)))
+    ops += [("unlock", 0)] * held + [("evict", 1 << 20)]
+    return ops
+
 
 MODEL_SEED = 3
 SEEDS = draw_ints(12)
@@ -58,6 +162,8 @@ for i in range(2):
                                                  max_num_tokens=8, prefix_cache=True,
                                                  overlap=True)
 SHARED = workload(SEEDS[11], 8, shared=12, prompt=(1, 6), max_tokens=(2, 6), stop=0.0)
+
+
 # 9 blocks, two running: admitting request 2 is short of blocks while its own prefix [13, 1]
 # is the only unreferenced leaf; an admission that evicts before referencing its hit frees
 # the blocks it is about to use (README §10, "Evicting your own hit").
@@ -66,6 +172,8 @@ JOBS["cache_own_hit"] = engine_job(
      {"request_id": 1, "prompt": [13, 1, 47], "max_tokens": 1},
      {"request_id": 2, "prompt": [13, 1, 38, 34, 44], "max_tokens": 3}],
     num_blocks=9, max_num_seqs=2, max_num_tokens=8, prefix_cache=True)
+
+
 JOBS["prefix_serial"] = engine_job(SHARED, num_blocks=400, max_num_seqs=1, max_num_tokens=32,
                                    prefix_cache=True)
 JOBS["prefix_on"] = engine_job(SHARED, num_blocks=400, max_num_seqs=4, max_num_tokens=32,
@@ -92,9 +200,12 @@ JOBS["prefix_chat"] = engine_job(conversation(SEEDS[11] + 1, 5), num_blocks=400,
 JOBS["single"] = engine_job([{"request_id": 7, "prompt": list(range(10)), "max_tokens": 5}],
                             num_blocks=32, max_num_seqs=2, max_num_tokens=4)
 
+
 # radix-cache operation sequences
 for i, seed in enumerate(draw_ints(4)):
     JOBS[f"radix{i}"] = {"kind": "radix", "num_blocks": 256, "ops": radix_ops(seed, 40)}
+
+
 JOBS["radix_lru"] = {"kind": "radix", "num_blocks": 64, "ops": [
     ("insert", [1, 2, 3, 4]), ("insert", [1, 2, 7, 7]), ("insert", [5, 5]),
     # uses the whole first path (a match ending inside [3, 4] would split it, and the lower
@@ -106,6 +217,7 @@ JOBS["radix_locked"] = {"kind": "radix", "num_blocks": 64, "ops": [
     ("insert", [3, 1, 4, 1, 5]), ("insert", [3, 1, 9]), ("lock", [3, 1, 4]),
     ("insert", [2, 7]), ("evict", 100), ("match", [3, 1, 4, 1, 5]), ("unlock", 0),
     ("evict", 100), ("match", [3, 1, 4])]}
+
 
 # A held node split under its holder (match [1, 2] cuts [1, 2, 3, 4]): the holder's reference
 # stays on the node it matched, the lower part; released, everything can be evicted.
@@ -123,6 +235,8 @@ JOBS["sample"] = {"kind": "sample", "calls": [
                   "seed": seed}, k)
     for s, t, seed, k in [(1, 0.0, 0, 0), (2, 0.0, 5, 3), (3, 0.7, 11, 0), (3, 0.7, 11, 4),
                           (4, 1.3, 2, 2), (5, 0.5, 999, 7)]]}
+
+
 # (call, what it is, the outcome the contract asks for)
 ERROR_CALLS = [
     (("limits", 5, 4), "Scheduler with max_num_seqs > max_num_tokens", "ValueError"),
@@ -145,7 +259,10 @@ ERROR_CALLS = [
     (("defaults",), "Engine(model)'s documented defaults, and stats() after one forward",
      "ok"),
 ]
+
+
 JOBS["errors"] = {"kind": "errors", "calls": [call for call, _, _ in ERROR_CALLS]}
+
 
 # Engine.generate itself, plain and overlapped (the tests above drive step())
 for name in ("tight0", "cache_tight0"):
@@ -153,6 +270,7 @@ for name in ("tight0", "cache_tight0"):
         job = dict(JOBS[name], kind="generate",
                    config=dict(JOBS[name]["config"], overlap=overlap))
         JOBS[f"generate_{name}_overlap={overlap}"] = job
+
 
 # The budget's last token: three decodes leave one token for the chunked prompt.
 JOBS["chunked_edge"] = engine_job(

@@ -24,7 +24,8 @@ this process and passed it, its ranks' record is complete, it ran none of `chang
 declares none of `always`. Anything else runs as usual, so under xdist (another process may
 hold the reference's run) nothing is inferred that is not known here.
 
-Loaded by `grader/plugin.py` (`pytest_plugins`).
+Loaded by `grader/plugin.py` (`pytest_plugins`) where `grader/instructor/` is present: it serves
+selfcheck and mutation runs, so a student release leaves it out.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="selfcheck: JSON naming the reference --impl to trace (or an earlier session's "
              "record of it) and, per variant --impl, the functions it changes; a variant's "
              "test that ran none of them under the reference is not rerun "
-             "(grader/plugin_coverage.py)")
+             "(grader/instructor/plugin_coverage.py)")
     group.addoption(
         "--coverage-out", default=None, metavar="PATH",
         help="write what each test of the traced --impl ran, and whether it passed, as JSON")

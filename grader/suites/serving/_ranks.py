@@ -1,6 +1,6 @@
-"""Shared pieces of the serving hidden suite.
+"""What travels to the ranks of the serving hidden suite.
 
-Rank side: `rank_jobs` runs named *jobs* in one rank, each in its own error scope
+`rank_jobs` runs named *jobs* in one rank, each in its own error scope
 (harness.cases.run_cases), so a stubbed RadixCache fails only the jobs that use it:
     engine  build Engine(TinyLM(...), **config), add the requests (some at later steps),
             drive step() to the end while watching every scheduler.schedule() call (the
@@ -10,30 +10,18 @@ Rank side: `rank_jobs` runs named *jobs* in one rank, each in its own error scop
             the block reference counts after it
     sample  sample(logits, request) for given logits and requests
     errors  calls that must raise ValueError
-Parent side: the references (one request at a time through the provided model, with this
-suite's own sampler; a static-batching step count; a radix tree model in `_radix_ref.py`)
-and the checks of a trace (`check_trace`), whose first line names the broken rule.
-
-Everything is exact (token ids, counts), so no comparison has a tolerance.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
-import torch
-
-from harness.cases import Memo, case_value
-
-JOB_TIMEOUT = 75.0  # the launch takes ~5 s idle, ~25 s on a loaded machine; a stuck loop fails
 MAX_CALLS = 200  # step() calls per engine job; the solution needs at most about 75
 IDLE_CALLS = 3  # step() calls in a row without a forward before a job is given up
 SEED_STRIDE = 4096  # engine.sample's documented seed: request.seed * 4096 + len(output)
 
 
-# -- rank side ----------------------------------------------------------------------------------
 def _modules(ctx: Any) -> dict[str, Any]:
     """The code under test, radix and scheduler first so the engine's relative imports find
     these very modules (a mutant of one of them included)."""
@@ -256,106 +244,6 @@ def run_generate_job(mods: dict[str, Any], job: dict) -> dict[int, list[int]]:
                                "finishing (a livelock: requests preempting each other?)")
         return launch(batch)
 
-    model.launch = bounded
+    model.launch = bounded  # type: ignore[method-assign]  # watched, on purpose
     engine = mods["engine"].Engine(model, **job["config"])
     return engine.generate([Request(**spec) for spec in job["requests"]])
-
-
-# -- parent side: launches -------------------------------------------------------------------------
-MEMO = Memo(hang_timeout=30.0)
-
-
-def run(launch: Callable[..., Any], impl: Any, key: str, jobs: dict[str, dict]
-        ) -> dict[str, dict]:
-    """One launch of one rank for `jobs`, shared by every test that asks for `key` with the
-    same implementation under test (a session may grade several)."""
-    return MEMO.get((impl.argument, key), lambda: launch(rank_jobs, world_size=1, args=(jobs,),
-                                        timeout=MEMO.timeout(JOB_TIMEOUT)).values[0])
-
-
-def value(outcomes: dict[str, dict], name: str, what: str) -> Any:
-    return case_value(outcomes[name], what)
-
-
-# -- parent side: references ----------------------------------------------------------------------
-def ref_sample(logits: torch.Tensor, temperature: float, seed: int, index: int) -> int:
-    """engine.sample's documented rule, written again here."""
-    if temperature == 0:
-        return int(logits.argmax())
-    gen = torch.Generator().manual_seed(seed * SEED_STRIDE + index)
-    return int(torch.multinomial(torch.softmax(logits / temperature, dim=-1), 1, generator=gen))
-
-
-def reference_outputs(requests: list[dict], model_seed: int) -> dict[int, list[int]]:
-    """Each request alone: prefill its prompt, then one decode per token (provided model)."""
-    from assignments.serving.model import TinyLM
-
-    out = {}
-    longest = max(len(r["prompt"]) + r["max_tokens"] for r in requests)
-    model = TinyLM(longest, seed=model_seed)
-    for spec in requests:
-        tokens = list(spec["prompt"])
-        output: list[int] = []
-        start = 0
-        while True:
-            logits = model.forward([(tokens, list(range(len(tokens))), start)])[0]
-            token = ref_sample(logits, spec.get("temperature", 0.0), spec.get("seed", 0),
-                               len(output))
-            output.append(token)
-            if len(output) >= spec["max_tokens"] or token == spec.get("stop_token"):
-                break
-            start = len(tokens)
-            tokens.append(token)
-        out[spec["request_id"]] = output
-    return out
-
-
-def static_steps(requests: list[dict], outputs: dict[int, list[int]], max_num_seqs: int,
-                 max_num_tokens: int) -> int:
-    """Forwards of static batching: groups of max_num_seqs in arrival order, each prefilled
-    (ceil(prompt tokens / budget) forwards) then decoded until its longest output is done."""
-    steps = 0
-    for i in range(0, len(requests), max_num_seqs):
-        group = requests[i:i + max_num_seqs]
-        steps += math.ceil(sum(len(r["prompt"]) for r in group) / max_num_tokens)
-        steps += max(len(outputs[r["request_id"]]) for r in group) - 1
-    return steps
-
-
-def roomy_plans(requests: list[dict], outputs: dict[int, list[int]], max_num_seqs: int,
-                max_num_tokens: int) -> list[set[tuple[int, int, int]]]:
-    """The documented plans when the pool never runs short and there is no cache, all
-    requests arriving at once: sets of (request_id, start, num_tokens) per forward."""
-    waiting = [dict(r, computed=0, produced=0) for r in requests]
-    running: list[dict] = []
-    plans = []
-    while waiting or running:
-        budget, plan, done = max_num_tokens, set(), []
-        for r in running:
-            known = len(r["prompt"]) + r["produced"]
-            if r["computed"] >= known - 1:
-                plan.add((r["request_id"], r["computed"], 1))
-                r["computed"] += 1
-                budget -= 1
-        for r in running:
-            known = len(r["prompt"]) + r["produced"]
-            if known - r["computed"] > 1 and budget > 0:
-                take = min(known - r["computed"], budget)
-                plan.add((r["request_id"], r["computed"], take))
-                r["computed"] += take
-                budget -= take
-        while waiting and budget > 0 and len(running) < max_num_seqs:
-            r = waiting.pop(0)
-            take = min(len(r["prompt"]), budget)
-            plan.add((r["request_id"], 0, take))
-            r["computed"] = take
-            budget -= take
-            running.append(r)
-        for r in running:
-            if r["computed"] == len(r["prompt"]) + r["produced"]:
-                r["produced"] += 1
-                if r["produced"] == len(outputs[r["request_id"]]):
-                    done.append(r)
-        running = [r for r in running if r not in done]
-        plans.append(plan)
-    return plans

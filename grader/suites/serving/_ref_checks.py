@@ -1,4 +1,4 @@
-"""Judging an engine run's trace (see `_common.run_engine_job`) against the documented rules.
+"""Judging an engine run's trace (see `_ranks.run_engine_job`) against the documented rules.
 
 `check_run(job, result, expected)` checks, in order, the rules of every plan (token budget,
 max_num_seqs, nobody both waiting and running, waiting in arrival order, preemption victims
@@ -18,7 +18,7 @@ def _fail(message: str) -> None:
     raise AssertionError(message)
 
 
-def check_plan(job: dict, k: int, plan: dict[str, Any], arrival: dict[int, int]) -> None:
+def check_plan(job: dict, k: int, plan: dict[str, Any], arrival: dict[int, int]) -> None:  # noqa: C901
     config = job["config"]
     budget, max_seqs = config["max_num_tokens"], config["max_num_seqs"]
     cache_on = config.get("prefix_cache", False)
