@@ -179,7 +179,7 @@ def batches(todo: list[Job], *, together: bool = True) -> list[Batch]:
     return [Batch(tuple(jobs)) for jobs in grouped.values()] + single
 
 
-def run_all(sessions: list[Batch], on_batch: Callable[[Batch, list[tuple[Job, Session]]], None],  # noqa: C901
+def run_all(sessions: list[Batch], on_batch: Callable[[Batch, list[tuple[Job, Session]]], None],
             *, jobs: int, timeout: float, root: Path, suites: Path | None,
             merge_margins: bool = True) -> None:
     """Run the sessions at most `jobs` at a time, handing each finished batch to `on_batch`.
