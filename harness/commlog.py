@@ -331,6 +331,8 @@ def as_log(wire: Sequence[sidecar.WireRecord]) -> list[CommRecord]:
         size = sidecar._ELEMENT_SIZE.get(record.dtype, 1)
         out.append(CommRecord(op=sidecar._LOG_NAME.get(record.kind, record.kind), peer=record.peer,
                               group_ranks=record.group_ranks, numel=record.bytes // size,
-                              bytes=record.bytes, out_numel=record.bytes // size,
+                              bytes=record.bytes,
+                              out_numel=(record.out_bytes if record.kind.startswith("alltoall")
+                                         else record.bytes) // size,
                               dtype=record.dtype))
     return out

@@ -3,7 +3,8 @@
 With `launch(..., transport="sidecar")` the rank's `torch.distributed` backend is
 `SidecarGroup`, a Python `ProcessGroup` that holds no gloo context and opens no network
 socket: every operation (send, recv, all_reduce, broadcast, all_gather(_into_tensor),
-reduce_scatter(_tensor), barrier, on the default group or any `new_group`) goes as a request
+reduce_scatter(_tensor), all_to_all(_single), barrier, on the default group or any
+`new_group`) goes as a request
 with the tensor's bytes over one Unix socket to this rank's sidecar. The sidecars are forked
 by a small server (`SidecarServer`, torch preloaded, outside the sandbox), run the real gloo
 operations with each other, and keep the wire log: one `WireRecord` per backend operation —
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import math
 import os
 import secrets
 import select
@@ -72,10 +74,14 @@ class WireRecord:
     """One backend operation a sidecar carried for its rank.
 
     `kind`: "send", "recv", "allreduce", "broadcast", "allgather", "allgather_base",
-    "reduce_scatter", "reduce_scatter_base", "gather" or "barrier"; `peer`: the other global
-    rank of a point-to-point operation (the root of a broadcast or gather); `group_ranks`:
-    global ranks of the group, `bytes`: what the rank handed over (sends, collective inputs) or
-    asked for (recv).
+    "reduce_scatter", "reduce_scatter_base", "gather", "alltoall", "alltoall_base" or
+    "barrier"; `peer`: the other global rank of a point-to-point operation (the root of a
+    broadcast or gather); `group_ranks`: global ranks of the group, `bytes`: what the rank
+    handed over (sends, collective inputs) or asked for (recv).
+
+    All-to-alls only: `peer_bytes[i]`, the bytes the rank sent to group rank i (its own slot
+    included: it never crosses the wire, and judges subtract it), and `out_bytes`, what it
+    received in all, its own slot included.
     """
 
     kind: str
@@ -84,6 +90,8 @@ class WireRecord:
     bytes: int
     dtype: str
     label: str = ""  # the rank's latest mark when it happened (diagnostics only)
+    peer_bytes: tuple[int, ...] = ()
+    out_bytes: int = 0
 
 
 # -- framing ----------------------------------------------------------------------------------
@@ -341,6 +349,25 @@ class SidecarGroup(dist.ProcessGroup):
         return self._now({"op": "gather", "peer": root, "tensors": _describe(input_tensors),
                           "outputs": _describe(outs)}, input_tensors, outs)
 
+    def alltoall_base(self, output: torch.Tensor, input: torch.Tensor,  # type: ignore[override]
+                      output_split_sizes: Sequence[int], input_split_sizes: Sequence[int],
+                      opts: Any = None) -> SidecarWork:
+        """`dist.all_to_all_single` (torch >= 2.9 reaches it as `all_to_all_single`): splits
+        along dim 0, equal where the lists are empty."""
+        return self._now({"op": "alltoall_base", "tensors": _describe([input]),
+                          "outputs": _describe([output]),
+                          "out_splits": [int(n) for n in output_split_sizes],
+                          "in_splits": [int(n) for n in input_split_sizes]},
+                         [input], [output])
+
+    def alltoall(self, output_tensors: list[torch.Tensor],  # type: ignore[override]
+                 input_tensors: list[torch.Tensor], opts: Any = None) -> SidecarWork:
+        """`dist.all_to_all`: input_tensors[i] goes to group rank i, output_tensors[i] comes
+        from it; all of one shape, as gloo requires (the sidecar carries it as one
+        all_to_all_single)."""
+        return self._now({"op": "alltoall", "tensors": _describe(input_tensors),
+                          "outputs": _describe(output_tensors)}, input_tensors, output_tensors)
+
     # The coalesced forms (functional collectives and DTensor reach the group through them):
     # one operation per tensor, in order. A Python group that lacks one of the methods the
     # communication log wraps on dist.ProcessGroup would have the wrapper found as its
@@ -368,6 +395,7 @@ class SidecarGroup(dist.ProcessGroup):
     # torch >= 2.9 routes all_gather_into_tensor / reduce_scatter_tensor here
     all_gather_single = _allgather_base
     reduce_scatter_single = _reduce_scatter_base  # type: ignore[assignment]
+    all_to_all_single = alltoall_base  # type: ignore[assignment]
 
 
 _client: _Client | None = None
@@ -445,12 +473,47 @@ class _Sidecar:
         return self.groups[gid]
 
     def _log(self, header: dict[str, Any], kind: str, ranks: tuple[int, ...],
-             tensors: list[torch.Tensor], peer: int | None = None) -> None:
+             tensors: list[torch.Tensor], peer: int | None = None,
+             peer_bytes: tuple[int, ...] = (), out_bytes: int = 0) -> None:
         self.records.append(WireRecord(
             kind=kind, peer=peer, group_ranks=ranks,
             bytes=sum(t.numel() * t.element_size() for t in tensors),
             dtype=str(tensors[0].dtype).removeprefix("torch.") if tensors else "",
-            label=str(header.get("label", ""))[:200]))
+            label=str(header.get("label", ""))[:200], peer_bytes=peer_bytes,
+            out_bytes=out_bytes))
+
+    def _all_to_all(self, header: dict[str, Any], op: str, pg: Any, ranks: tuple[int, ...],
+                    tensors: list[torch.Tensor], outputs: list[torch.Tensor]
+                    ) -> list[torch.Tensor]:
+        """Both all-to-alls, as gloo's all_to_all_single (rows along dim 0); the list form
+        (tensors of one shape, as gloo requires) goes flattened, one split per tensor. Splits
+        are checked here, not left to gloo: they come from the rank."""
+        size = len(ranks)
+        if op == "alltoall":
+            if len(tensors) != size or len(outputs) != size:
+                raise ValueError(f"all_to_all takes {size} input and output tensors (one per "
+                                 f"group rank), not {len(tensors)} and {len(outputs)}")
+            if len({(t.dtype, tuple(t.shape)) for t in tensors + outputs}) > 1:
+                raise ValueError("all_to_all: every input and output tensor must have the "
+                                 "same shape and dtype (as with gloo)")
+            source = torch.cat([t.reshape(-1) for t in tensors])
+            target = torch.empty(sum(t.numel() for t in outputs), dtype=source.dtype)
+            in_rows, out_rows = [t.numel() for t in tensors], [t.numel() for t in outputs]
+        else:
+            if len(tensors) != 1 or len(outputs) != 1:
+                raise ValueError("all_to_all_single takes one input and one output tensor")
+            source, target = tensors[0], outputs[0]
+            in_rows = _splits(header.get("in_splits"), source, size, "input")
+            out_rows = _splits(header.get("out_splits"), target, size, "output")
+        in_row = math.prod(source.shape[1:]) * source.element_size()
+        out_row = math.prod(target.shape[1:]) * target.element_size()
+        self._log(header, op, ranks, [source], peer_bytes=tuple(n * in_row for n in in_rows),
+                  out_bytes=sum(out_rows) * out_row)
+        pg.alltoall_base(target, source, out_rows, in_rows,
+                         dist.AllToAllOptions()).wait()
+        if op == "alltoall_base":
+            return [target]
+        return [part.view_as(t) for part, t in zip(target.split(out_rows), outputs)]
 
     def handle(self, header: dict[str, Any], payload: bytearray
                ) -> tuple[dict[str, Any], list[torch.Tensor]]:
@@ -527,6 +590,8 @@ class _Sidecar:
             pg.gather([outputs] if outputs else [], tensors,
                       _opts(dist.GatherOptions(), rootRank=root)).wait()
             return {}, outputs
+        if op in ("alltoall", "alltoall_base"):
+            return {}, self._all_to_all(header, op, pg, ranks, tensors, outputs)
         if op == "barrier":
             self._log(header, op, ranks, [])
             pg.barrier().wait()
@@ -538,6 +603,21 @@ class _Sidecar:
         with open(tmp, "w") as f:
             json.dump([asdict(r) for r in self.records], f)
         os.replace(tmp, self.spec.log_path)
+
+
+def _splits(given: Any, tensor: torch.Tensor, size: int, side: str) -> list[int]:
+    """Rows of `tensor` (dim 0) per group rank: `given`, or equal parts where it is empty."""
+    rows = tensor.shape[0] if tensor.dim() else 1
+    if not given:
+        if rows % size:
+            raise ValueError(f"all_to_all_single: {rows} {side} rows do not split equally "
+                             f"over {size} ranks; pass split sizes")
+        return [rows // size] * size
+    if not isinstance(given, list) or len(given) != size or \
+            not all(isinstance(n, int) and n >= 0 for n in given) or sum(given) != rows:
+        raise ValueError(f"all_to_all_single: {side} splits {str(given)[:200]} are not {size} "
+                         f"sizes that add up to its {rows} rows")
+    return given
 
 
 def _opts(options: Any, **values: Any) -> Any:
@@ -699,7 +779,8 @@ class SidecarSet:
             if not os.path.exists(path):
                 raise WireMismatchError(f"rank {r}: its sidecar wrote no log")
             text = rankfiles.read_text(path, WIRE_LOG_BYTES)
-            out.append([WireRecord(**{**d, "group_ranks": tuple(d["group_ranks"])})
+            out.append([WireRecord(**{**d, "group_ranks": tuple(d["group_ranks"]),
+                                       "peer_bytes": tuple(d.get("peer_bytes", ()))})
                         for d in json.loads(text)])
         return out
 
@@ -732,6 +813,7 @@ _KIND_OF = {
     "all_gather_single": "allgather_base", "reduce_scatter_single": "reduce_scatter_base",
     "reduce_scatter": "reduce_scatter", "reduce_scatter_tensor": "reduce_scatter_base",
     "_reduce_scatter_base": "reduce_scatter_base", "barrier": "barrier", "gather": "gather",
+    "all_to_all": "alltoall", "all_to_all_single": "alltoall_base",
 }
 # Backend operation -> the public names that reach it (what Forbid rules name).
 API_NAMES = {
@@ -742,13 +824,15 @@ API_NAMES = {
     "reduce_scatter_base": ("reduce_scatter_tensor", "reduce_scatter_single",
                             "_reduce_scatter_base"),
     "barrier": ("barrier",), "gather": ("gather",),
+    "alltoall": ("all_to_all",), "alltoall_base": ("all_to_all_single",),
 }
 
 
 # Backend operation -> the public name it is listed under in a log made from the wire.
 _LOG_NAME = {"allreduce": "all_reduce", "allgather": "all_gather",
              "allgather_base": "all_gather_into_tensor", "reduce_scatter": "reduce_scatter",
-             "reduce_scatter_base": "reduce_scatter_tensor"}
+             "reduce_scatter_base": "reduce_scatter_tensor", "alltoall": "all_to_all",
+             "alltoall_base": "all_to_all_single"}
 _ELEMENT_SIZE = {name: torch.empty(0, dtype=dtype).element_size()
                  for name, dtype in DTYPES.items()}
 
