@@ -3,7 +3,7 @@
 With `launch(..., transport="sidecar")` the rank's `torch.distributed` backend is
 `SidecarGroup`, a Python `ProcessGroup` that holds no gloo context and opens no network
 socket: every operation (send, recv, all_reduce, broadcast, all_gather(_into_tensor),
-reduce_scatter(_tensor), all_to_all(_single), barrier, on the default group or any
+reduce_scatter(_tensor), all_to_all(_single), gather, scatter, reduce, barrier, on the default group or any
 `new_group`) goes as a request
 with the tensor's bytes over one Unix socket to this rank's sidecar. The sidecars are forked
 by a small server (`SidecarServer`, torch preloaded, outside the sandbox), run the real gloo
@@ -74,14 +74,14 @@ class WireRecord:
     """One backend operation a sidecar carried for its rank.
 
     `kind`: "send", "recv", "allreduce", "broadcast", "allgather", "allgather_base",
-    "reduce_scatter", "reduce_scatter_base", "gather", "alltoall", "alltoall_base" or
-    "barrier"; `peer`: the other global rank of a point-to-point operation (the root of a
-    broadcast or gather); `group_ranks`: global ranks of the group, `bytes`: what the rank
-    handed over (sends, collective inputs) or asked for (recv).
+    "reduce_scatter", "reduce_scatter_base", "gather", "scatter", "reduce", "alltoall",
+    "alltoall_base" or "barrier"; `peer`: the other global rank of a point-to-point operation
+    (the root of a broadcast, gather, scatter or reduce); `group_ranks`: global ranks of the
+    group, `bytes`: what the rank handed over (sends, collective inputs) or asked for (recv).
 
-    All-to-alls only: `peer_bytes[i]`, the bytes the rank sent to group rank i (its own slot
-    included: it never crosses the wire, and judges subtract it), and `out_bytes`, what it
-    received in all, its own slot included.
+    All-to-alls (and a scatter's root): `peer_bytes[i]`, the bytes the rank sent to group rank
+    i (its own slot included: it never crosses the wire, and judges subtract it); all-to-alls:
+    `out_bytes`, what the rank received in all, its own slot included.
     """
 
     kind: str
@@ -257,11 +257,11 @@ class SidecarGroup(dist.ProcessGroup):
     """A process group whose every operation is carried by the rank's sidecar."""
 
     def __init__(self, client: _Client, group_id: str, rank: int, size: int,
-                 global_ranks: Sequence[int]) -> None:
+                 global_ranks: Sequence[int], timeout_s: float | None = None) -> None:
         super().__init__(rank, size)  # type: ignore[call-arg]
         self.client, self.gid = client, group_id
         client.call({"op": "group", "gid": group_id, "rank": rank, "size": size,
-                     "ranks": list(global_ranks)})
+                     "ranks": list(global_ranks), "timeout_s": timeout_s})
 
     def getBackendName(self) -> str:
         return BACKEND
@@ -349,6 +349,20 @@ class SidecarGroup(dist.ProcessGroup):
         return self._now({"op": "gather", "peer": root, "tensors": _describe(input_tensors),
                           "outputs": _describe(outs)}, input_tensors, outs)
 
+    def scatter(self, output_tensors: list[torch.Tensor],  # type: ignore[override]
+                input_tensors: list[list[torch.Tensor]], opts: Any = None) -> SidecarWork:
+        """`dist.scatter` (torch.distributed.nn's all-to-all reaches it on gloo)."""
+        root = opts.rootRank if opts is not None else 0
+        ins = input_tensors[0] if input_tensors else []
+        return self._now({"op": "scatter", "peer": root, "tensors": _describe(ins),
+                          "outputs": _describe(output_tensors)}, ins, output_tensors)
+
+    def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> SidecarWork:  # type: ignore[override]
+        root = opts.rootRank if opts is not None else 0
+        reduce = _reduce_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        return self._now({"op": "reduce", "peer": root, "reduce": reduce,
+                          "tensors": _describe(tensors)}, tensors, tensors)
+
     def alltoall_base(self, output: torch.Tensor, input: torch.Tensor,  # type: ignore[override]
                       output_split_sizes: Sequence[int], input_split_sizes: Sequence[int],
                       opts: Any = None) -> SidecarWork:
@@ -411,8 +425,10 @@ def connect_rank(path: str, token: str) -> None:
     def create(options: Any, _backend_options: Any = None) -> SidecarGroup:
         if _client is None:
             raise RuntimeError("sidecar transport: not connected")
+        timeout = getattr(options, "timeout", None)
         return SidecarGroup(_client, str(options.group_id), options.group_rank,
-                            options.group_size, list(options.global_ranks_in_group))
+                            options.group_size, list(options.global_ranks_in_group),
+                            timeout.total_seconds() if isinstance(timeout, timedelta) else None)
 
     if BACKEND not in dist.Backend.backend_list:
         dist.Backend.register_backend(BACKEND, create, extended_api=True, devices=["cpu"])
@@ -521,8 +537,12 @@ class _Sidecar:
         if op == "group":
             ranks = tuple(header["ranks"]) or tuple(range(self.spec.world_size))
             store = dist.PrefixStore(f"group{header['gid']}/", self.store)
-            pg = dist.ProcessGroupGloo(store, int(header["rank"]), int(header["size"]),
-                                       self.timeout)
+            # The group's own collective timeout (`new_group(timeout=...)`), as gloo in the
+            # rank would have it, within the sidecar's.
+            asked = header.get("timeout_s")
+            timeout = self.timeout if not isinstance(asked, (int, float)) or asked <= 0 \
+                else min(self.timeout, timedelta(seconds=float(asked)))
+            pg = dist.ProcessGroupGloo(store, int(header["rank"]), int(header["size"]), timeout)
             self.groups[str(header["gid"])] = (pg, ranks)
             return {}, []
         if op == "wait":
@@ -590,6 +610,19 @@ class _Sidecar:
             pg.gather([outputs] if outputs else [], tensors,
                       _opts(dist.GatherOptions(), rootRank=root)).wait()
             return {}, outputs
+        if op == "scatter":
+            root = int(header["peer"])
+            self._log(header, op, ranks, tensors, peer=ranks[root],
+                      peer_bytes=tuple(t.numel() * t.element_size() for t in tensors))
+            pg.scatter(outputs, [tensors] if tensors else [],
+                       _opts(dist.ScatterOptions(), rootRank=root)).wait()
+            return {}, outputs
+        if op == "reduce":
+            root = int(header["peer"])
+            self._log(header, op, ranks, tensors, peer=ranks[root])
+            pg.reduce(tensors, _opts(dist.ReduceOptions(), rootRank=root,
+                                     reduceOp=reduce)).wait()
+            return {}, tensors
         if op in ("alltoall", "alltoall_base"):
             return {}, self._all_to_all(header, op, pg, ranks, tensors, outputs)
         if op == "barrier":
@@ -813,7 +846,8 @@ _KIND_OF = {
     "all_gather_single": "allgather_base", "reduce_scatter_single": "reduce_scatter_base",
     "reduce_scatter": "reduce_scatter", "reduce_scatter_tensor": "reduce_scatter_base",
     "_reduce_scatter_base": "reduce_scatter_base", "barrier": "barrier", "gather": "gather",
-    "all_to_all": "alltoall", "all_to_all_single": "alltoall_base",
+    "all_to_all": "alltoall", "all_to_all_single": "alltoall_base", "scatter": "scatter",
+    "reduce": "reduce",
 }
 # Backend operation -> the public names that reach it (what Forbid rules name).
 API_NAMES = {
@@ -825,6 +859,7 @@ API_NAMES = {
                             "_reduce_scatter_base"),
     "barrier": ("barrier",), "gather": ("gather",),
     "alltoall": ("all_to_all",), "alltoall_base": ("all_to_all_single",),
+    "scatter": ("scatter",), "reduce": ("reduce",),
 }
 
 

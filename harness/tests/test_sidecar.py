@@ -373,3 +373,32 @@ def test_all_to_all_splits_from_the_rank_are_checked():
             sidecar._splits(bad, tensor, 3, "input")
     with pytest.raises(ValueError, match="do not split equally"):
         sidecar._splits([], torch.zeros(5), 3, "output")
+
+
+def rank_scatter_reduce(ctx):
+    """scatter and reduce, and torch.distributed.nn's all_gather, whose backward on gloo is an
+    all-to-all made of scatters (a student's all-gather with autograd goes that way)."""
+    from torch.distributed.nn.functional import all_gather as all_gather_autograd
+
+    rank, world = ctx.rank, ctx.world_size
+    parts = [torch.full((2,), 10.0 * i) for i in range(world)] if rank == 1 else None
+    got = torch.empty(2)
+    dist.scatter(got, parts, src=1)
+    total = torch.full((3,), float(rank + 1))
+    dist.reduce(total, dst=0)
+    leaf = torch.full((2,), float(rank)).requires_grad_()
+    gathered = all_gather_autograd(leaf)
+    sum((g * (i + 1)).sum() for i, g in enumerate(gathered)).backward()
+    return {"got": got, "total": total if rank == 0 else torch.zeros(3),
+            "gathered": torch.stack([g.detach() for g in gathered]), "grad": leaf.grad}
+
+
+def test_scatter_reduce_and_the_autograd_all_gather_match_gloo():
+    wire = launch(rank_scatter_reduce, 3, backend="gloo", transport="sidecar", timeout=60)
+    gloo = launch(rank_scatter_reduce, 3, backend="gloo", timeout=60)
+    for r in range(3):
+        for key, value in gloo.values[r].items():
+            assert torch.equal(wire.values[r][key], value), (r, key)
+    root = wire.wire[1]
+    assert (root[0].kind, root[0].peer, root[0].peer_bytes) == ("scatter", 1, (8, 8, 8))
+    assert [w.kind for w in wire.wire[0][:3]] == ["scatter", "reduce", "allgather"]
