@@ -3,8 +3,8 @@
 With `launch(..., transport="sidecar")` the rank's `torch.distributed` backend is
 `SidecarGroup`, a Python `ProcessGroup` that holds no gloo context and opens no network
 socket: every operation (send, recv, all_reduce, broadcast, all_gather(_into_tensor),
-reduce_scatter(_tensor), all_to_all(_single), gather, scatter, reduce, barrier, on the default group or any
-`new_group`) goes as a request
+reduce_scatter(_tensor), all_to_all(_single), gather, scatter, reduce, barrier, on the
+default group or any `new_group`) goes as a request
 with the tensor's bytes over one Unix socket to this rank's sidecar. The sidecars are forked
 by a small server (`SidecarServer`, torch preloaded, outside the sandbox), run the real gloo
 operations with each other, and keep the wire log: one `WireRecord` per backend operation —
