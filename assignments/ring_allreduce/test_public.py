@@ -5,8 +5,9 @@ named `rank_*` below, which import your ring.py through `ctx.impl_module`), and 
 ranks return with plain torch computed here. Every launch allows only point-to-point calls: a
 collective such as `dist.all_reduce` fails the test. Multi-rank launches use the sidecar
 transport: each rank's traffic is carried by a helper process outside it, and the messages the
-cost test counts are the ones it carried (`result.wire`), not the rank's own log. The hidden suite checks the same things more
-thoroughly: world sizes 1-6, every op and dtype, odd sizes, non-contiguous inputs, subgroups.
+cost test counts are the ones it carried (`result.wire`), not the rank's own log. The hidden
+suite checks the same things more thoroughly: world sizes 1-6, every op and dtype, odd sizes,
+non-contiguous inputs, subgroups.
 """
 
 from __future__ import annotations
