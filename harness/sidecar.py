@@ -275,6 +275,11 @@ class SidecarGroup(dist.ProcessGroup):
     def group_name(self) -> GroupName:
         return self._sidecar_group_name
 
+    # The group is its own backend (c10d keeps a Python group as it is): code that asks for the
+    # backend object gets this group, whose every operation is carried, never a gloo context.
+    def _get_backend(self, device: Any = None) -> SidecarGroup:  # type: ignore[override]
+        return self
+
     def _post(self, header: dict[str, Any], payloads: Sequence[torch.Tensor],
               targets: Sequence[torch.Tensor]) -> SidecarWork:
         self.client.next_id += 1

@@ -402,3 +402,20 @@ def test_scatter_reduce_and_the_autograd_all_gather_match_gloo():
     root = wire.wire[1]
     assert (root[0].kind, root[0].peer, root[0].peer_bytes) == ("scatter", 1, (8, 8, 8))
     assert [w.kind for w in wire.wire[0][:3]] == ["scatter", "reduce", "allgather"]
+
+
+def rank_backend_object(ctx):
+    """An all-reduce on the process group's backend object, which no wrapped function sees."""
+    backend = dist.group.WORLD._get_backend(torch.device("cpu"))
+    x = torch.ones(3)
+    backend.allreduce([x], dist.AllreduceOptions()).wait()
+    return x
+
+
+def test_the_backend_object_is_the_sidecar_group():
+    result = launch(rank_backend_object, 2, backend="gloo", transport="sidecar", timeout=60)
+    assert [v.tolist() for v in result.values] == [[2.0, 2.0, 2.0]] * 2
+    assert [w.kind for w in result.wire[0]] == ["allreduce"]
+    with pytest.raises(ForbiddenCallError, match="ran allreduce on the wire"):
+        launch(rank_backend_object, 2, backend="gloo", transport="sidecar", forbid=P2P_ONLY,
+               timeout=60)
