@@ -440,6 +440,18 @@ def connect_rank(path: str, token: str) -> None:
     _answer_as_gloo()
 
 
+def disconnect() -> None:
+    """In a rank whose function has returned: close the connection, so the sidecar writes its
+    wire log while the rank saves its result, not after the parent has ended the rank. Final:
+    the sidecar accepts one connection only, so nothing more can be carried."""
+    global _client
+    if _client is not None:
+        try:
+            _client.sock.close()
+        finally:
+            _client = None
+
+
 def _answer_as_gloo() -> None:
     """`dist.get_backend()` says "gloo" for the sidecar backend: the transport carries gloo's
     own operations, and code under test may branch on the backend's name (cpu for gloo)."""
@@ -486,6 +498,15 @@ class _Sidecar:
         self.recv_ids: dict[int, bool] = {}
         self.any_ids: set[int] = set()  # receives from any source, posted and not waited for
         self.records: list[WireRecord] = []
+        self.world: Any = None  # the world group's gloo context, made before the rank asks
+
+    def prepare_world(self) -> None:
+        """Make the gloo context of the world group now, while the rank starts: every rank's
+        first group (its default one) is the world, and the sidecars' rendezvous for it then
+        overlaps the rank's start instead of following it. Each sidecar takes it for the first
+        world-sized group its rank asks for; the ranks ask in the same order."""
+        self.world = dist.ProcessGroupGloo(dist.PrefixStore("world/", self.store),
+                                           self.spec.rank, self.spec.world_size, self.timeout)
 
     def _group(self, header: dict[str, Any]) -> tuple[Any, tuple[int, ...]]:
         gid = str(header["gid"])
@@ -541,13 +562,19 @@ class _Sidecar:
         op = header["op"]
         if op == "group":
             ranks = tuple(header["ranks"]) or tuple(range(self.spec.world_size))
-            store = dist.PrefixStore(f"group{header['gid']}/", self.store)
+            rank, size = int(header["rank"]), int(header["size"])
             # The group's own collective timeout (`new_group(timeout=...)`), as gloo in the
             # rank would have it, within the sidecar's.
             asked = header.get("timeout_s")
             timeout = self.timeout if not isinstance(asked, (int, float)) or asked <= 0 \
                 else min(self.timeout, timedelta(seconds=float(asked)))
-            pg = dist.ProcessGroupGloo(store, int(header["rank"]), int(header["size"]), timeout)
+            if self.world is not None and (rank, size, ranks) == (
+                    self.spec.rank, self.spec.world_size, tuple(range(size))):
+                pg, self.world = self.world, None  # the first world group: made in advance
+                pg._set_default_timeout(timeout)
+            else:
+                store = dist.PrefixStore(f"group{header['gid']}/", self.store)
+                pg = dist.ProcessGroupGloo(store, rank, size, timeout)
             self.groups[str(header["gid"])] = (pg, ranks)
             return {}, []
         if op == "wait":
@@ -636,6 +663,17 @@ class _Sidecar:
             return {}, []
         raise ValueError(f"unsupported operation {op!r}")
 
+    def finish_sends(self, wait_s: float = 10.0) -> None:
+        """Sends the rank posted and never waited for: carry them to their receivers before
+        the sidecar exits (its rank may have disconnected as soon as its function returned).
+        Bounded: a send nobody receives is given up after `wait_s`."""
+        for work, _ in list(self.works.values()):
+            try:
+                work.wait(timedelta(seconds=wait_s))
+            except Exception:  # noqa: BLE001 - a receive never matched, a peer gone
+                pass
+        self.works.clear()
+
     def write_log(self) -> None:
         tmp = self.spec.log_path + ".tmp"
         with open(tmp, "w") as f:
@@ -685,6 +723,7 @@ def serve(spec: SidecarSpec) -> None:
     os.chmod(spec.socket_path + ".tmp", 0o777)  # ranks may run as another user
     listener.listen(4)
     os.replace(spec.socket_path + ".tmp", spec.socket_path)
+    sidecar.prepare_world()  # the rank may connect meanwhile: it waits in the backlog
     deadline = time.monotonic() + spec.timeout_s
     conn = None
     while conn is None:
@@ -711,6 +750,7 @@ def serve(spec: SidecarSpec) -> None:
             _send_frame(conn, reply, tensors)
     finally:
         sidecar.write_log()
+        sidecar.finish_sends()
 
 
 def _server_main() -> None:
@@ -905,5 +945,5 @@ def check_against_wire(rank: int, logged: Sequence[Any], wire: Sequence[WireReco
 
 
 __all__ = ["BACKEND", "SidecarGroup", "SidecarSet", "WireMismatchError", "WireRecord",
-           "check_against_wire", "connect_rank", "forbidden_on_wire", "mark", "new_token",
-           "socket_path"]
+           "check_against_wire", "connect_rank", "disconnect", "forbidden_on_wire", "mark",
+           "new_token", "socket_path"]

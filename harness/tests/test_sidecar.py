@@ -419,3 +419,21 @@ def test_the_backend_object_is_the_sidecar_group():
     with pytest.raises(ForbiddenCallError, match="ran allreduce on the wire"):
         launch(rank_backend_object, 2, backend="gloo", transport="sidecar", forbid=P2P_ONLY,
                timeout=60)
+
+
+def rank_unwaited_send(ctx):
+    """Rank 0 returns at once after an isend it never waits for; rank 1 receives later."""
+    import time
+
+    if ctx.rank == 0:
+        dist.isend(torch.arange(4.0), 1)
+        return None
+    time.sleep(0.5)
+    got = torch.empty(4)
+    dist.recv(got, 0)
+    return got
+
+
+def test_a_send_left_unwaited_still_arrives_after_its_rank_disconnects():
+    result = launch(rank_unwaited_send, 2, backend="gloo", transport="sidecar", timeout=60)
+    assert result.values[1].tolist() == [0.0, 1.0, 2.0, 3.0]
