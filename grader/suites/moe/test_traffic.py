@@ -73,8 +73,8 @@ def test_forward_is_three_all_to_alls(launch, impl, world):
         calls = [c for c in win[f"layer {name} forward"] if c.op not in NOT_COMMUNICATION]
         gathers = [c for c in calls if "gather" in c.op or "broadcast" in c.op]
         assert not gathers, (
-            f"{what} made {describe(calls)}: never all_gather (or broadcast) tokens or weights; "
-            f"send each kept row only to its expert's rank with all_to_all_single")
+            f"{what}: never all_gather (or broadcast) tokens or weights; send each kept row "
+            f"only to its expert's rank with all_to_all_single (it made {describe(calls)})")
         ops = [c.op for c in calls]
         assert ops == ["all_to_all_single"] * 3, (
             f"{what} made {describe(calls)}; the budget is exactly three all_to_all_single "
