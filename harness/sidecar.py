@@ -280,6 +280,12 @@ class SidecarGroup(dist.ProcessGroup):
     def _get_backend(self, device: Any = None) -> SidecarGroup:  # type: ignore[override]
         return self
 
+    # What torch asks of a backend object before using an optional feature: none here.
+    supports_coalescing = supports_splitting = supports_time_estimate = False
+
+    def supports_tensor_alloc(self, device: Any = None) -> bool:
+        return False
+
     def _post(self, header: dict[str, Any], payloads: Sequence[torch.Tensor],
               targets: Sequence[torch.Tensor]) -> SidecarWork:
         self.client.next_id += 1
