@@ -320,8 +320,8 @@ def as_log(wire: Sequence[sidecar.WireRecord]) -> list[CommRecord]:
     """What the sidecar carried for one rank, as a communication log (`CommRecord`s, with a
     "mark" wherever the rank's label changes), so that suites written against the in-rank log
     (`harness.commlog.windows`) judge the wire instead. Operations, sizes and order are the
-    wire's; the phases come from the rank's marks, which only label records (a phase with no
-    operation has no window)."""
+    wire's (dtypes spelt as the in-rank log spells them, "torch.float32"); the phases come from
+    the rank's marks, which only label records (a phase with no operation has no window)."""
     out: list[CommRecord] = []
     label: str | None = None
     for record in wire:
@@ -331,6 +331,8 @@ def as_log(wire: Sequence[sidecar.WireRecord]) -> list[CommRecord]:
         size = sidecar._ELEMENT_SIZE.get(record.dtype, 1)
         out.append(CommRecord(op=sidecar._LOG_NAME.get(record.kind, record.kind), peer=record.peer,
                               group_ranks=record.group_ranks, numel=record.bytes // size,
-                              bytes=record.bytes, out_numel=record.bytes // size,
-                              dtype=record.dtype))
+                              bytes=record.bytes,
+                              out_numel=(record.out_bytes if record.kind.startswith("alltoall")
+                                         else record.bytes) // size,
+                              dtype=f"torch.{record.dtype}" if record.dtype else ""))
     return out

@@ -250,6 +250,10 @@ def rank_entry(job: RankJob) -> None:
     status = 0
     try:
         value, log = _run(job)
+        if job.transport == "sidecar":
+            from harness import sidecar
+
+            sidecar.disconnect()  # its wire log is written while we save the result
         _save_calls(job)
         value = payload.to_plain(value, "result")
         records = [r.to_plain() for r in log.records]

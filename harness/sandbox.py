@@ -36,6 +36,8 @@ from pathlib import Path
 from harness import cgroups, forkserver, tempdirs
 from harness.impl import REPO_ROOT
 
+DEGRADED_DISK = ("disk bounded per launch only in the launch folder (HOME, TMPDIR) and per "
+                 "file (RLIMIT_FSIZE): a rank can write elsewhere its user can (host /tmp)")
 UNPRIVILEGED_UID = 65534  # nobody: the stand-in that checks another user can read the checkout
 # Rank r of a session runs as RANK_UID_FIRST + block * RANK_UIDS + r: users no host account
 # has, a block per grading process so that sessions side by side never share one.
@@ -260,6 +262,11 @@ def enable(config: SandboxConfig) -> SandboxStatus:
                            "file system visible")
     folder_owner = None
     if sandbox_cmd is None:  # degraded: at least another user and a clean environment
+        # Without a mount namespace nothing unprivileged bounds the total a rank writes outside
+        # the launch folder: HOME and TMPDIR point into it (capped), RLIMIT_FSIZE caps each
+        # file, but any folder the rank's user can write (the host's /tmp, /dev/shm) is open.
+        # Said in the report; the trusted workflow (`--sandbox strict`) refuses this mode.
+        missing.append(DEGRADED_DISK)
         # Not a root forkserver here: without a network namespace a rank could reach its
         # socket and have it fork code as root. Forkserver and ranks run as nobody instead.
         server = []

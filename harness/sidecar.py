@@ -3,7 +3,8 @@
 With `launch(..., transport="sidecar")` the rank's `torch.distributed` backend is
 `SidecarGroup`, a Python `ProcessGroup` that holds no gloo context and opens no network
 socket: every operation (send, recv, all_reduce, broadcast, all_gather(_into_tensor),
-reduce_scatter(_tensor), barrier, on the default group or any `new_group`) goes as a request
+reduce_scatter(_tensor), all_to_all(_single), gather, scatter, reduce, barrier, on the
+default group or any `new_group`) goes as a request
 with the tensor's bytes over one Unix socket to this rank's sidecar. The sidecars are forked
 by a small server (`SidecarServer`, torch preloaded, outside the sandbox), run the real gloo
 operations with each other, and keep the wire log: one `WireRecord` per backend operation —
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import math
 import os
 import secrets
 import select
@@ -72,10 +74,14 @@ class WireRecord:
     """One backend operation a sidecar carried for its rank.
 
     `kind`: "send", "recv", "allreduce", "broadcast", "allgather", "allgather_base",
-    "reduce_scatter", "reduce_scatter_base", "gather" or "barrier"; `peer`: the other global
-    rank of a point-to-point operation (the root of a broadcast or gather); `group_ranks`:
-    global ranks of the group, `bytes`: what the rank handed over (sends, collective inputs) or
-    asked for (recv).
+    "reduce_scatter", "reduce_scatter_base", "gather", "scatter", "reduce", "alltoall",
+    "alltoall_base" or "barrier"; `peer`: the other global rank of a point-to-point operation
+    (the root of a broadcast, gather, scatter or reduce); `group_ranks`: global ranks of the
+    group, `bytes`: what the rank handed over (sends, collective inputs) or asked for (recv).
+
+    All-to-alls (and a scatter's root): `peer_bytes[i]`, the bytes the rank sent to group rank
+    i (its own slot included: it never crosses the wire, and judges subtract it); all-to-alls:
+    `out_bytes`, what the rank received in all, its own slot included.
     """
 
     kind: str
@@ -84,6 +90,8 @@ class WireRecord:
     bytes: int
     dtype: str
     label: str = ""  # the rank's latest mark when it happened (diagnostics only)
+    peer_bytes: tuple[int, ...] = ()
+    out_bytes: int = 0
 
 
 # -- framing ----------------------------------------------------------------------------------
@@ -249,11 +257,11 @@ class SidecarGroup(dist.ProcessGroup):
     """A process group whose every operation is carried by the rank's sidecar."""
 
     def __init__(self, client: _Client, group_id: str, rank: int, size: int,
-                 global_ranks: Sequence[int]) -> None:
+                 global_ranks: Sequence[int], timeout_s: float | None = None) -> None:
         super().__init__(rank, size)  # type: ignore[call-arg]
         self.client, self.gid = client, group_id
         client.call({"op": "group", "gid": group_id, "rank": rank, "size": size,
-                     "ranks": list(global_ranks)})
+                     "ranks": list(global_ranks), "timeout_s": timeout_s})
 
     def getBackendName(self) -> str:
         return BACKEND
@@ -266,6 +274,17 @@ class SidecarGroup(dist.ProcessGroup):
     @property
     def group_name(self) -> GroupName:
         return self._sidecar_group_name
+
+    # The group is its own backend (c10d keeps a Python group as it is): code that asks for the
+    # backend object gets this group, whose every operation is carried, never a gloo context.
+    def _get_backend(self, device: Any = None) -> SidecarGroup:  # type: ignore[override]
+        return self
+
+    # What torch asks of a backend object before using an optional feature: none here.
+    supports_coalescing = supports_splitting = supports_time_estimate = False
+
+    def supports_tensor_alloc(self, device: Any = None) -> bool:
+        return False
 
     def _post(self, header: dict[str, Any], payloads: Sequence[torch.Tensor],
               targets: Sequence[torch.Tensor]) -> SidecarWork:
@@ -341,6 +360,39 @@ class SidecarGroup(dist.ProcessGroup):
         return self._now({"op": "gather", "peer": root, "tensors": _describe(input_tensors),
                           "outputs": _describe(outs)}, input_tensors, outs)
 
+    def scatter(self, output_tensors: list[torch.Tensor],  # type: ignore[override]
+                input_tensors: list[list[torch.Tensor]], opts: Any = None) -> SidecarWork:
+        """`dist.scatter` (torch.distributed.nn's all-to-all reaches it on gloo)."""
+        root = opts.rootRank if opts is not None else 0
+        ins = input_tensors[0] if input_tensors else []
+        return self._now({"op": "scatter", "peer": root, "tensors": _describe(ins),
+                          "outputs": _describe(output_tensors)}, ins, output_tensors)
+
+    def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> SidecarWork:  # type: ignore[override]
+        root = opts.rootRank if opts is not None else 0
+        reduce = _reduce_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        return self._now({"op": "reduce", "peer": root, "reduce": reduce,
+                          "tensors": _describe(tensors)}, tensors, tensors)
+
+    def alltoall_base(self, output: torch.Tensor, input: torch.Tensor,  # type: ignore[override]
+                      output_split_sizes: Sequence[int], input_split_sizes: Sequence[int],
+                      opts: Any = None) -> SidecarWork:
+        """`dist.all_to_all_single` (torch >= 2.9 reaches it as `all_to_all_single`): splits
+        along dim 0, equal where the lists are empty."""
+        return self._now({"op": "alltoall_base", "tensors": _describe([input]),
+                          "outputs": _describe([output]),
+                          "out_splits": [int(n) for n in output_split_sizes],
+                          "in_splits": [int(n) for n in input_split_sizes]},
+                         [input], [output])
+
+    def alltoall(self, output_tensors: list[torch.Tensor],  # type: ignore[override]
+                 input_tensors: list[torch.Tensor], opts: Any = None) -> SidecarWork:
+        """`dist.all_to_all`: input_tensors[i] goes to group rank i, output_tensors[i] comes
+        from it; all of one shape, as gloo requires (the sidecar carries it as one
+        all_to_all_single)."""
+        return self._now({"op": "alltoall", "tensors": _describe(input_tensors),
+                          "outputs": _describe(output_tensors)}, input_tensors, output_tensors)
+
     # The coalesced forms (functional collectives and DTensor reach the group through them):
     # one operation per tensor, in order. A Python group that lacks one of the methods the
     # communication log wraps on dist.ProcessGroup would have the wrapper found as its
@@ -368,6 +420,7 @@ class SidecarGroup(dist.ProcessGroup):
     # torch >= 2.9 routes all_gather_into_tensor / reduce_scatter_tensor here
     all_gather_single = _allgather_base
     reduce_scatter_single = _reduce_scatter_base  # type: ignore[assignment]
+    all_to_all_single = alltoall_base  # type: ignore[assignment]
 
 
 _client: _Client | None = None
@@ -383,12 +436,26 @@ def connect_rank(path: str, token: str) -> None:
     def create(options: Any, _backend_options: Any = None) -> SidecarGroup:
         if _client is None:
             raise RuntimeError("sidecar transport: not connected")
+        timeout = getattr(options, "timeout", None)
         return SidecarGroup(_client, str(options.group_id), options.group_rank,
-                            options.group_size, list(options.global_ranks_in_group))
+                            options.group_size, list(options.global_ranks_in_group),
+                            timeout.total_seconds() if isinstance(timeout, timedelta) else None)
 
     if BACKEND not in dist.Backend.backend_list:
         dist.Backend.register_backend(BACKEND, create, extended_api=True, devices=["cpu"])
     _answer_as_gloo()
+
+
+def disconnect() -> None:
+    """In a rank whose function has returned: close the connection, so the sidecar writes its
+    wire log while the rank saves its result, not after the parent has ended the rank. Final:
+    the sidecar accepts one connection only, so nothing more can be carried."""
+    global _client
+    if _client is not None:
+        try:
+            _client.sock.close()
+        finally:
+            _client = None
 
 
 def _answer_as_gloo() -> None:
@@ -437,6 +504,15 @@ class _Sidecar:
         self.recv_ids: dict[int, bool] = {}
         self.any_ids: set[int] = set()  # receives from any source, posted and not waited for
         self.records: list[WireRecord] = []
+        self.world: Any = None  # the world group's gloo context, made before the rank asks
+
+    def prepare_world(self) -> None:
+        """Make the gloo context of the world group now, while the rank starts: every rank's
+        first group (its default one) is the world, and the sidecars' rendezvous for it then
+        overlaps the rank's start instead of following it. Each sidecar takes it for the first
+        world-sized group its rank asks for; the ranks ask in the same order."""
+        self.world = dist.ProcessGroupGloo(dist.PrefixStore("world/", self.store),
+                                           self.spec.rank, self.spec.world_size, self.timeout)
 
     def _group(self, header: dict[str, Any]) -> tuple[Any, tuple[int, ...]]:
         gid = str(header["gid"])
@@ -445,21 +521,66 @@ class _Sidecar:
         return self.groups[gid]
 
     def _log(self, header: dict[str, Any], kind: str, ranks: tuple[int, ...],
-             tensors: list[torch.Tensor], peer: int | None = None) -> None:
+             tensors: list[torch.Tensor], peer: int | None = None,
+             peer_bytes: tuple[int, ...] = (), out_bytes: int = 0) -> None:
         self.records.append(WireRecord(
             kind=kind, peer=peer, group_ranks=ranks,
             bytes=sum(t.numel() * t.element_size() for t in tensors),
             dtype=str(tensors[0].dtype).removeprefix("torch.") if tensors else "",
-            label=str(header.get("label", ""))[:200]))
+            label=str(header.get("label", ""))[:200], peer_bytes=peer_bytes,
+            out_bytes=out_bytes))
+
+    def _all_to_all(self, header: dict[str, Any], op: str, pg: Any, ranks: tuple[int, ...],
+                    tensors: list[torch.Tensor], outputs: list[torch.Tensor]
+                    ) -> list[torch.Tensor]:
+        """Both all-to-alls, as gloo's all_to_all_single (rows along dim 0); the list form
+        (tensors of one shape, as gloo requires) goes flattened, one split per tensor. Splits
+        are checked here, not left to gloo: they come from the rank."""
+        size = len(ranks)
+        if op == "alltoall":
+            if len(tensors) != size or len(outputs) != size:
+                raise ValueError(f"all_to_all takes {size} input and output tensors (one per "
+                                 f"group rank), not {len(tensors)} and {len(outputs)}")
+            if len({(t.dtype, tuple(t.shape)) for t in tensors + outputs}) > 1:
+                raise ValueError("all_to_all: every input and output tensor must have the "
+                                 "same shape and dtype (as with gloo)")
+            source = torch.cat([t.reshape(-1) for t in tensors])
+            target = torch.empty(sum(t.numel() for t in outputs), dtype=source.dtype)
+            in_rows, out_rows = [t.numel() for t in tensors], [t.numel() for t in outputs]
+        else:
+            if len(tensors) != 1 or len(outputs) != 1:
+                raise ValueError("all_to_all_single takes one input and one output tensor")
+            source, target = tensors[0], outputs[0]
+            in_rows = _splits(header.get("in_splits"), source, size, "input")
+            out_rows = _splits(header.get("out_splits"), target, size, "output")
+        in_row = math.prod(source.shape[1:]) * source.element_size()
+        out_row = math.prod(target.shape[1:]) * target.element_size()
+        self._log(header, op, ranks, [source], peer_bytes=tuple(n * in_row for n in in_rows),
+                  out_bytes=sum(out_rows) * out_row)
+        pg.alltoall_base(target, source, out_rows, in_rows,
+                         dist.AllToAllOptions()).wait()
+        if op == "alltoall_base":
+            return [target]
+        return [part.view_as(t) for part, t in zip(target.split(out_rows), outputs)]
 
     def handle(self, header: dict[str, Any], payload: bytearray  # noqa: C901
                ) -> tuple[dict[str, Any], list[torch.Tensor]]:
         op = header["op"]
         if op == "group":
             ranks = tuple(header["ranks"]) or tuple(range(self.spec.world_size))
-            store = dist.PrefixStore(f"group{header['gid']}/", self.store)
-            pg = dist.ProcessGroupGloo(store, int(header["rank"]), int(header["size"]),
-                                       self.timeout)
+            rank, size = int(header["rank"]), int(header["size"])
+            # The group's own collective timeout (`new_group(timeout=...)`), as gloo in the
+            # rank would have it, within the sidecar's.
+            asked = header.get("timeout_s")
+            timeout = self.timeout if not isinstance(asked, (int, float)) or asked <= 0 \
+                else min(self.timeout, timedelta(seconds=float(asked)))
+            if self.world is not None and (rank, size, ranks) == (
+                    self.spec.rank, self.spec.world_size, tuple(range(size))):
+                pg, self.world = self.world, None  # the first world group: made in advance
+                pg._set_default_timeout(timeout)
+            else:
+                store = dist.PrefixStore(f"group{header['gid']}/", self.store)
+                pg = dist.ProcessGroupGloo(store, rank, size, timeout)
             self.groups[str(header["gid"])] = (pg, ranks)
             return {}, []
         if op == "wait":
@@ -527,17 +648,58 @@ class _Sidecar:
             pg.gather([outputs] if outputs else [], tensors,
                       _opts(dist.GatherOptions(), rootRank=root)).wait()
             return {}, outputs
+        if op == "scatter":
+            root = int(header["peer"])
+            self._log(header, op, ranks, tensors, peer=ranks[root],
+                      peer_bytes=tuple(t.numel() * t.element_size() for t in tensors))
+            pg.scatter(outputs, [tensors] if tensors else [],
+                       _opts(dist.ScatterOptions(), rootRank=root)).wait()
+            return {}, outputs
+        if op == "reduce":
+            root = int(header["peer"])
+            self._log(header, op, ranks, tensors, peer=ranks[root])
+            pg.reduce(tensors, _opts(dist.ReduceOptions(), rootRank=root,
+                                     reduceOp=reduce)).wait()
+            return {}, tensors
+        if op in ("alltoall", "alltoall_base"):
+            return {}, self._all_to_all(header, op, pg, ranks, tensors, outputs)
         if op == "barrier":
             self._log(header, op, ranks, [])
             pg.barrier().wait()
             return {}, []
         raise ValueError(f"unsupported operation {op!r}")
 
+    def finish_sends(self, wait_s: float = 10.0) -> None:
+        """Sends the rank posted and never waited for: carry them to their receivers before
+        the sidecar exits (its rank may have disconnected as soon as its function returned).
+        Bounded: a send nobody receives is given up after `wait_s`."""
+        for work, _ in list(self.works.values()):
+            try:
+                work.wait(timedelta(seconds=wait_s))
+            except Exception:  # noqa: BLE001 - a receive never matched, a peer gone
+                pass
+        self.works.clear()
+
     def write_log(self) -> None:
         tmp = self.spec.log_path + ".tmp"
         with open(tmp, "w") as f:
             json.dump([asdict(r) for r in self.records], f)
         os.replace(tmp, self.spec.log_path)
+
+
+def _splits(given: Any, tensor: torch.Tensor, size: int, side: str) -> list[int]:
+    """Rows of `tensor` (dim 0) per group rank: `given`, or equal parts where it is empty."""
+    rows = tensor.shape[0] if tensor.dim() else 1
+    if not given:
+        if rows % size:
+            raise ValueError(f"all_to_all_single: {rows} {side} rows do not split equally "
+                             f"over {size} ranks; pass split sizes")
+        return [rows // size] * size
+    if not isinstance(given, list) or len(given) != size or \
+            not all(isinstance(n, int) and n >= 0 for n in given) or sum(given) != rows:
+        raise ValueError(f"all_to_all_single: {side} splits {str(given)[:200]} are not {size} "
+                         f"sizes that add up to its {rows} rows")
+    return given
 
 
 def _opts(options: Any, **values: Any) -> Any:
@@ -567,6 +729,7 @@ def serve(spec: SidecarSpec) -> None:
     os.chmod(spec.socket_path + ".tmp", 0o777)  # ranks may run as another user
     listener.listen(4)
     os.replace(spec.socket_path + ".tmp", spec.socket_path)
+    sidecar.prepare_world()  # the rank may connect meanwhile: it waits in the backlog
     deadline = time.monotonic() + spec.timeout_s
     conn = None
     while conn is None:
@@ -593,6 +756,7 @@ def serve(spec: SidecarSpec) -> None:
             _send_frame(conn, reply, tensors)
     finally:
         sidecar.write_log()
+        sidecar.finish_sends()
 
 
 def _server_main() -> None:
@@ -699,7 +863,8 @@ class SidecarSet:
             if not os.path.exists(path):
                 raise WireMismatchError(f"rank {r}: its sidecar wrote no log")
             text = rankfiles.read_text(path, WIRE_LOG_BYTES)
-            out.append([WireRecord(**{**d, "group_ranks": tuple(d["group_ranks"])})
+            out.append([WireRecord(**{**d, "group_ranks": tuple(d["group_ranks"]),
+                                       "peer_bytes": tuple(d.get("peer_bytes", ()))})
                         for d in json.loads(text)])
         return out
 
@@ -732,6 +897,8 @@ _KIND_OF = {
     "all_gather_single": "allgather_base", "reduce_scatter_single": "reduce_scatter_base",
     "reduce_scatter": "reduce_scatter", "reduce_scatter_tensor": "reduce_scatter_base",
     "_reduce_scatter_base": "reduce_scatter_base", "barrier": "barrier", "gather": "gather",
+    "all_to_all": "alltoall", "all_to_all_single": "alltoall_base", "scatter": "scatter",
+    "reduce": "reduce",
 }
 # Backend operation -> the public names that reach it (what Forbid rules name).
 API_NAMES = {
@@ -742,13 +909,16 @@ API_NAMES = {
     "reduce_scatter_base": ("reduce_scatter_tensor", "reduce_scatter_single",
                             "_reduce_scatter_base"),
     "barrier": ("barrier",), "gather": ("gather",),
+    "alltoall": ("all_to_all",), "alltoall_base": ("all_to_all_single",),
+    "scatter": ("scatter",), "reduce": ("reduce",),
 }
 
 
 # Backend operation -> the public name it is listed under in a log made from the wire.
 _LOG_NAME = {"allreduce": "all_reduce", "allgather": "all_gather",
              "allgather_base": "all_gather_into_tensor", "reduce_scatter": "reduce_scatter",
-             "reduce_scatter_base": "reduce_scatter_tensor"}
+             "reduce_scatter_base": "reduce_scatter_tensor", "alltoall": "all_to_all",
+             "alltoall_base": "all_to_all_single"}
 _ELEMENT_SIZE = {name: torch.empty(0, dtype=dtype).element_size()
                  for name, dtype in DTYPES.items()}
 
@@ -781,5 +951,5 @@ def check_against_wire(rank: int, logged: Sequence[Any], wire: Sequence[WireReco
 
 
 __all__ = ["BACKEND", "SidecarGroup", "SidecarSet", "WireMismatchError", "WireRecord",
-           "check_against_wire", "connect_rank", "forbidden_on_wire", "mark", "new_token",
-           "socket_path"]
+           "check_against_wire", "connect_rank", "disconnect", "forbidden_on_wire", "mark",
+           "new_token", "socket_path"]

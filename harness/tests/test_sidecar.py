@@ -276,3 +276,164 @@ def test_an_op_whose_kernel_cannot_be_replaced_is_skipped_not_a_crash(monkeypatc
     assert funcol._replace(library, "stubborn", None, "x::stubborn") == 0
     assert funcol.skipped == ["x::stubborn"]
     assert torch is not None
+
+
+def rank_all_to_all(ctx):
+    """Every all-to-all form a suite uses: equal and unequal splits of all_to_all_single, the
+    list form, and the autograd one of torch.distributed.nn (its backward is another
+    all-to-all). Rank r sends r + 1 + i rows of 3 to group rank i (unequal case)."""
+    from torch.distributed.nn.functional import all_to_all_single as a2a_autograd
+
+    rank, world = ctx.rank, ctx.world_size
+    ctx.mark("equal")
+    x = torch.arange(world * 2 * 3, dtype=torch.float64).view(world * 2, 3) + 100 * rank
+    equal = torch.empty_like(x)
+    dist.all_to_all_single(equal, x)
+    ctx.mark("unequal")
+    send = [rank + 1 + i for i in range(world)]
+    recv = [s + 1 + rank for s in range(world)]
+    rows = torch.arange(sum(send) * 3, dtype=torch.float32).view(-1, 3) + 1000 * rank
+    unequal = torch.empty(sum(recv), 3)
+    dist.all_to_all_single(unequal, rows, recv, send)
+    ctx.mark("list")
+    pieces = [torch.full((2,), float(10 * rank + i)) for i in range(world)]
+    got = [torch.empty(2) for _ in range(world)]
+    dist.all_to_all(got, pieces)
+    ctx.mark("autograd")
+    leaf = rows.clone().requires_grad_()
+    out = a2a_autograd(torch.empty(sum(recv), 3), leaf, recv, send)
+    (out * (rank + 1)).sum().backward()
+    return {"equal": equal, "unequal": unequal, "list": torch.cat(got), "out": out.detach(),
+            "grad": leaf.grad}
+
+
+def test_all_to_all_is_carried_with_bytes_per_peer():
+    """Equal, unequal, list and autograd all-to-alls give gloo's results over the sidecar, and
+    the wire holds one record per operation with the bytes sent to each peer."""
+    world = 3
+    wire = launch(rank_all_to_all, world, backend="gloo", transport="sidecar", timeout=60)
+    gloo = launch(rank_all_to_all, world, backend="gloo", timeout=60)
+    for r in range(world):
+        for key, value in gloo.values[r].items():
+            assert torch.equal(wire.values[r][key], value), (r, key)
+    for r, records in enumerate(wire.wire):
+        kinds = [(w.kind, w.label) for w in records]
+        assert kinds == [("alltoall_base", "equal"), ("alltoall_base", "unequal"),
+                         ("alltoall", "list"), ("alltoall_base", "autograd"),
+                         ("alltoall_base", "autograd")], kinds
+        equal, unequal, listed, forward, backward = records
+        assert equal.peer_bytes == (2 * 3 * 8,) * world and equal.out_bytes == world * 48
+        assert unequal.peer_bytes == tuple((r + 1 + i) * 3 * 4 for i in range(world))
+        assert unequal.out_bytes == sum(s + 1 + r for s in range(world)) * 3 * 4
+        assert listed.peer_bytes == (8,) * world and listed.out_bytes == world * 8
+        assert forward.peer_bytes == unequal.peer_bytes
+        assert backward.peer_bytes == tuple((r + 1 + s) * 3 * 4 for s in range(world))
+    log = [c for c in as_log(wire.wire[1]) if c.op != "mark"]
+    assert [c.op for c in log] == ["all_to_all_single"] * 2 + ["all_to_all"] + \
+        ["all_to_all_single"] * 2
+    assert (log[1].numel, log[1].out_numel) == (sum(1 + 1 + i for i in range(world)) * 3,
+                                                sum(s + 2 for s in range(world)) * 3)
+
+
+def rank_hidden_all_to_all(ctx):
+    """An all-to-all the in-rank log never sees (re-entrancy depth raised), and one by the
+    functional collective, which no wrapped function sees either."""
+    import torch.distributed._functional_collectives as fc
+
+    log = ctx._log
+    log._local.depth = 1
+    x = torch.arange(4.0) + 10 * ctx.rank
+    out = torch.empty(4)
+    dist.all_to_all_single(out, x)
+    log._local.depth = 0
+    functional = fc.wait_tensor(fc.all_to_all_single(x, [2, 2], [2, 2], dist.group.WORLD))
+    return {"out": out, "functional": functional, "logged": len(log.records)}
+
+
+def test_an_all_to_all_hidden_from_the_rank_log_is_on_the_wire():
+    result = launch(rank_hidden_all_to_all, 2, backend="gloo", transport="sidecar", timeout=60)
+    assert result.values[0]["out"].tolist() == [0.0, 1.0, 10.0, 11.0]
+    assert result.values[1]["functional"].tolist() == [2.0, 3.0, 12.0, 13.0]
+    for records in result.wire:
+        assert [w.kind for w in records] == ["alltoall_base"] * 2
+        assert all(w.peer_bytes == (8, 8) for w in records)
+    with pytest.raises(ForbiddenCallError, match="ran alltoall_base on the wire"):
+        launch(rank_hidden_all_to_all, 2, backend="gloo", transport="sidecar", timeout=60,
+               forbid=P2P_ONLY)
+
+
+def test_all_to_all_splits_from_the_rank_are_checked():
+    from harness import sidecar
+
+    tensor = torch.zeros(6, 2)
+    assert sidecar._splits([], tensor, 3, "input") == [2, 2, 2]
+    assert sidecar._splits([1, 5, 0], tensor, 3, "input") == [1, 5, 0]
+    for bad in ([1, 1], [3, 4, -1], [1, 1, 1], ["1", 2, 3]):
+        with pytest.raises(ValueError, match="splits"):
+            sidecar._splits(bad, tensor, 3, "input")
+    with pytest.raises(ValueError, match="do not split equally"):
+        sidecar._splits([], torch.zeros(5), 3, "output")
+
+
+def rank_scatter_reduce(ctx):
+    """scatter and reduce, and torch.distributed.nn's all_gather, whose backward on gloo is an
+    all-to-all made of scatters (a student's all-gather with autograd goes that way)."""
+    from torch.distributed.nn.functional import all_gather as all_gather_autograd
+
+    rank, world = ctx.rank, ctx.world_size
+    parts = [torch.full((2,), 10.0 * i) for i in range(world)] if rank == 1 else None
+    got = torch.empty(2)
+    dist.scatter(got, parts, src=1)
+    total = torch.full((3,), float(rank + 1))
+    dist.reduce(total, dst=0)
+    leaf = torch.full((2,), float(rank)).requires_grad_()
+    gathered = all_gather_autograd(leaf)
+    sum((g * (i + 1)).sum() for i, g in enumerate(gathered)).backward()
+    return {"got": got, "total": total if rank == 0 else torch.zeros(3),
+            "gathered": torch.stack([g.detach() for g in gathered]), "grad": leaf.grad}
+
+
+def test_scatter_reduce_and_the_autograd_all_gather_match_gloo():
+    wire = launch(rank_scatter_reduce, 3, backend="gloo", transport="sidecar", timeout=60)
+    gloo = launch(rank_scatter_reduce, 3, backend="gloo", timeout=60)
+    for r in range(3):
+        for key, value in gloo.values[r].items():
+            assert torch.equal(wire.values[r][key], value), (r, key)
+    root = wire.wire[1]
+    assert (root[0].kind, root[0].peer, root[0].peer_bytes) == ("scatter", 1, (8, 8, 8))
+    assert [w.kind for w in wire.wire[0][:3]] == ["scatter", "reduce", "allgather"]
+
+
+def rank_backend_object(ctx):
+    """An all-reduce on the process group's backend object, which no wrapped function sees."""
+    backend = dist.group.WORLD._get_backend(torch.device("cpu"))
+    x = torch.ones(3)
+    backend.allreduce([x], dist.AllreduceOptions()).wait()
+    return x
+
+
+def test_the_backend_object_is_the_sidecar_group():
+    result = launch(rank_backend_object, 2, backend="gloo", transport="sidecar", timeout=60)
+    assert [v.tolist() for v in result.values] == [[2.0, 2.0, 2.0]] * 2
+    assert [w.kind for w in result.wire[0]] == ["allreduce"]
+    with pytest.raises(ForbiddenCallError, match="ran allreduce on the wire"):
+        launch(rank_backend_object, 2, backend="gloo", transport="sidecar", forbid=P2P_ONLY,
+               timeout=60)
+
+
+def rank_unwaited_send(ctx):
+    """Rank 0 returns at once after an isend it never waits for; rank 1 receives later."""
+    import time
+
+    if ctx.rank == 0:
+        dist.isend(torch.arange(4.0), 1)
+        return None
+    time.sleep(0.5)
+    got = torch.empty(4)
+    dist.recv(got, 0)
+    return got
+
+
+def test_a_send_left_unwaited_still_arrives_after_its_rank_disconnects():
+    result = launch(rank_unwaited_send, 2, backend="gloo", transport="sidecar", timeout=60)
+    assert result.values[1].tolist() == [0.0, 1.0, 2.0, 3.0]

@@ -13,8 +13,9 @@ imported, that looks at every matrix product: which receives are posted and not 
 (overlap), and how many other ranks' K/V blocks are alive (memory: every float64 storage the
 garbage collector reaches is searched for each block's fingerprint, a value only that block
 holds; the buffers of receives still in flight are left out, as they hold no block yet).
-Ulysses needs all-to-all, which the sidecar does not carry: its launches use the in-rank
-transport and its bytes are judged from what the kernel saw each rank write (`written_bytes`).
+Ulysses runs under the sidecar transport too: its bytes are what the sidecars carried to the
+other ranks (each all-to-all's per-peer bytes, the rank's own slot left out), in the window of
+the case's mark.
 """
 
 from __future__ import annotations
@@ -275,10 +276,12 @@ def _run_ring(ctx, m, name: str, c: dict) -> dict:
 def _run_ulysses(ctx, m, name: str, c: dict) -> dict:
     r = ctx.rank
     q, k, v = (c[n][r].clone() for n in "qkv")
+    ctx.mark(name)
     with torch.no_grad():
         # Without causal, the call leaves group and causal to their defaults.
         res = m.ulysses_attention(q, k, v, None, True) if c["causal"] else \
             m.ulysses_attention(q, k, v)
+    ctx.mark(f"{name} end")
     return {"out": res}
 
 

@@ -25,7 +25,7 @@ def cases_for(which: str) -> dict[str, dict]:
 
 LAUNCHES = {  # name -> (world size, transport)
     "ring2": (2, TRANSPORT), "ring3": (3, TRANSPORT), "ring4": (4, TRANSPORT),
-    "ulysses2": (2, "in-rank"), "ulysses4": (4, "in-rank"),
+    "ulysses2": (2, TRANSPORT), "ulysses4": (4, TRANSPORT),
 }
 
 

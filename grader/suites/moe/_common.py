@@ -8,11 +8,16 @@ side: `rank_all` runs every case of a world size in one launch, each in its own 
 (`harness.cases.run_cases`), so a stubbed or broken function costs only the tests that read its
 cases. The parent reads a case with `case_values`; `Memo` keeps one launch per (impl, world size)
 for every module of the suite.
+
+The launches use the sidecar transport: the all-to-alls the tests count and size are what the
+sidecars carried (`wire_windows`, the wire cut by the rank's marks, which only label), never the
+rank's own log, which code under test could go around.
 """
 
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from typing import Any
 
 import torch
@@ -23,8 +28,10 @@ from grader.suites.moe import _units
 from grader.suites.moe._ref import DTYPE, dense_keep, dense_route, randn
 from harness import CommRecord
 from harness.cases import Memo, case_values, run_cases
+from harness.commlog import as_log, windows
 
 BACKEND = "gloo"  # CPU tensors everywhere: gloo even where a GPU would let "auto" pick NCCL
+TRANSPORT = "sidecar"  # the traffic the tests judge is carried and logged outside the rank
 TIMEOUT_S = 90.0
 # Every distributed case runs on its own group of all ranks with this collective timeout: a rank
 # that leaves out a collective (say, the backward of a rank whose experts got no token) then
@@ -410,9 +417,16 @@ def run(launch, impl, world: int):
         # A rank left waiting in a case's collective is released by the case group's timeout
         # and fails only that case: the stall watch must not end the launch before it does.
         return launch(rank_all, world_size=world, args=(cases,), backend=BACKEND,
-                      timeout=_RUNS.timeout(TIMEOUT_S), stall_after=CASE_GROUP_TIMEOUT_S + 10)
+                      transport=TRANSPORT, timeout=_RUNS.timeout(TIMEOUT_S),
+                      stall_after=CASE_GROUP_TIMEOUT_S + 10)
 
     return _RUNS.get((str(impl.text), world), make)
+
+
+def wire_windows(result, rank: int) -> defaultdict[str, list[CommRecord]]:
+    """What the sidecars carried for `rank`, as a log cut at its marks (label -> records); a
+    phase in which nothing was carried is an empty window."""
+    return defaultdict(list, windows(as_log(result.wire[rank])))
 
 
 def values(result, name: str) -> list[Any]:

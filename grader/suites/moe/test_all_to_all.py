@@ -1,5 +1,5 @@
 """all_to_all_tokens on 2 and 4 ranks: rows to the right ranks in order, the gradient back the
-way the rows came, one all_to_all_single each way (README §5).
+way the rows came, one all_to_all_single each way on the wire (README §5).
 
 The 4-rank case `equal_totals` sends as many rows as each rank receives with splits that are
 not symmetric: a backward that does not swap the splits runs without error there and puts
@@ -11,9 +11,8 @@ from __future__ import annotations
 import pytest
 
 from grader.compare import assert_close
-from grader.suites.moe._common import describe, run, values
+from grader.suites.moe._common import describe, run, values, wire_windows
 from harness.cases import where
-from harness.commlog import windows
 
 pytestmark = pytest.mark.exercises("all_to_all_tokens")
 
@@ -59,7 +58,7 @@ def test_one_call_each_way(launch, impl, world, name):
     result = run(launch, impl, world)
     values(result, f"a2a {name}")  # the case itself must have passed
     for r in range(world):
-        win = windows(result.comm[r])
+        win = wire_windows(result, r)  # what the sidecars carried
         for step in ("forward", "backward"):
             calls = [c for c in win[f"a2a {name} {step}"] if c.op != "mark"]
             ok = len(calls) == 1 and calls[0].op == "all_to_all_single"

@@ -1,6 +1,7 @@
 """What MoELayer communicates and holds, read from the layer runs of test_layer (README §7).
 
-Per layer and rank, forward: exactly three all_to_all_single calls (the counts, an integer
+Read from the sidecars' wire log (what they carried), not the rank's own log. Per layer and rank,
+forward: exactly three all_to_all_single calls (the counts, an integer
 tensor of N or E elements; the tokens; the results back); backward: exactly two, floating. The
 token buffers carry between the rows that must leave the rank (distinct (token, other rank)
 pairs) and every kept assignment: an all-gather of every token is over budget, and so is any
@@ -24,9 +25,9 @@ from grader.suites.moe._common import (
     layer_name,
     run,
     values,
+    wire_windows,
 )
 from harness.cases import where
-from harness.commlog import windows
 
 pytestmark = pytest.mark.exercises("MoELayer")
 WORLDS = [pytest.param(w, id=f"world_size={w}") for w in (2, 4)]
@@ -41,7 +42,7 @@ def _layers(launch, impl, world: int):
         got = values(result, f"layer {name}")
         case = cases_for(world)[f"layer {name}"]
         for r in range(world):
-            yield name, r, got[r], case["bounds"][r], windows(result.comm[r]), case
+            yield name, r, got[r], case["bounds"][r], wire_windows(result, r), case
 
 
 SEND_HINT = "send each kept assignment once, nothing else"
@@ -72,8 +73,8 @@ def test_forward_is_three_all_to_alls(launch, impl, world):
         calls = [c for c in win[f"layer {name} forward"] if c.op not in NOT_COMMUNICATION]
         gathers = [c for c in calls if "gather" in c.op or "broadcast" in c.op]
         assert not gathers, (
-            f"{what} made {describe(calls)}: never all_gather (or broadcast) tokens or weights; "
-            f"send each kept row only to its expert's rank with all_to_all_single")
+            f"{what}: never all_gather (or broadcast) tokens or weights; send each kept row "
+            f"only to its expert's rank with all_to_all_single (it made {describe(calls)})")
         ops = [c.op for c in calls]
         assert ops == ["all_to_all_single"] * 3, (
             f"{what} made {describe(calls)}; the budget is exactly three all_to_all_single "

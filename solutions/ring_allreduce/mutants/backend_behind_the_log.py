@@ -1,7 +1,8 @@
 """Reduces on the process group's backend object, which the Python-level comm log never sees.
 
-Right values, no forbidden call in the log; only the bytes counted from outside the rank give
-it away (hidden test_transport).
+Right values, no forbidden call in the log. Under the sidecar transport the backend object is
+the sidecar's group, so the all-reduce is carried and judged on the wire (forbidden: point-to-
+point only); in-rank, only the bytes counted from outside the rank would give it away.
 """
 import torch
 import torch.distributed as dist
@@ -9,7 +10,7 @@ import torch.distributed as dist
 from harness.mutation import mutate
 
 MUTATES = "ring"
-FEEDBACK = ("sent 0 messages", "never around them")
+FEEDBACK = ("allreduce on the wire", "forbids")
 mutate(globals(), "ring_allreduce", "ring")
 
 _BACKEND_OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
