@@ -44,8 +44,9 @@ def run_disaggregated(cfg: RLHFConfig, iterations: int, trainer_ranks: Sequence[
 
     Rank sets: `trainer_ranks` and `rollout_ranks` are disjoint lists of global ranks of equal
     length n >= 1 that together are every rank. rollout_ranks[i] sends its batches to
-    trainer_ranks[i]. Every rank calls `dist.new_group(list(trainer_ranks))` once, first (the
-    trainers' data-parallel group, passed to `ppo_train_step`).
+    trainer_ranks[i]. After checking its arguments, every rank calls
+    `dist.new_group(list(trainer_ranks))` once (the trainers' data-parallel group, passed to
+    `ppo_train_step`), before any other communication.
 
     Roles: a rollout rank holds an actor (kept current by weight syncs) and the frozen
     reference, and turns each batch into a whole `Experience` with `make_experience(actor,
