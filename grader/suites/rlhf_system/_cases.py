@@ -95,7 +95,7 @@ def flow_calls() -> list[tuple[str, str, dict[str, Any]]]:
         cfg = dict(vocab=8, hidden=8, response_len=3, prompts_per_rank=3, group_size=4,
                    advantage=adv, kl_coef=0.3, gamma=0.9, lam=0.8)
         calls.append((f"experience/{adv}", "experience", dict(
-            cfg=cfg, actor=tiny_state(4304), reference=tiny_state(4305),
+            cfg=cfg, actor=tiny_state(4304), frozen=tiny_state(4305),
             critic=tiny_state(4306, critic=True), seed=shifted(13), version=5,
             prompts=toy.make_prompts(toy.RLHFConfig(**cfg), 0, 0))))
     calls.append(("manifest", "manifest", dict(state=tiny_state(4307))))

@@ -75,7 +75,7 @@ def _experience_case(rl: Any, spec: dict[str, Any]) -> dict[str, Any]:
     from assignments.rlhf_system import toy
 
     cfg = toy.RLHFConfig(**spec["cfg"])
-    actor, reference = _policy(spec["actor"]), _policy(spec["reference"])
+    actor, reference = _policy(spec["actor"]), _policy(spec["frozen"])
     reference.requires_grad_(False)
     critic = _policy(spec["critic"], critic=True) if cfg.advantage == "gae" else None
     gen = torch.Generator().manual_seed(spec["seed"])

@@ -186,7 +186,7 @@ def test_make_experience_consistent(launch, impl, adv):
     assert torch.equal(prompts, s["prompts"]), f"{what}: exp.prompts must be the prompts passed"
     assert bool(got["mask"].all()), f"{what}: the toy's mask is all True"
     old = _ref.response_logprobs(s["actor"], prompts, resp)
-    ref = _ref.response_logprobs(s["reference"], prompts, resp)
+    ref = _ref.response_logprobs(s["frozen"], prompts, resp)
     assert_close(got["old_logprobs"], old, dtype=F32, what=f"{what} old_logprobs",
                  hint="the actor's log-probs of the sampled tokens")
     assert_close(got["ref_logprobs"], ref, dtype=F32, what=f"{what} ref_logprobs",
