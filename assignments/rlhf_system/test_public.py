@@ -163,9 +163,17 @@ def colocated(launch):
 @pytest.mark.points(3)
 def test_kl_penalized_rewards(flow):
     got = case_values(flow, "kl")[0]
-    assert_close(got, kl_reference(), dtype=torch.float32, what="kl_penalized_rewards",
+    want = kl_reference()
+    if isinstance(got, torch.Tensor) and got.shape == want.shape:
+        diff = got.double() - want
+        assert not torch.allclose(diff, 2 * BETA * (LOGP.double() - REF.double()) * MASK,
+                                  atol=1e-5), \
+            "kl_penalized_rewards: KL penalty sign: rewards_t = -kl_coef * (logprobs - ref_logprobs)"
+        assert not torch.allclose(got[:, 0].double(), want[:, 0] + SCORES.double(), atol=1e-5), \
+            "kl_penalized_rewards: the score goes on the last response token (mask[b].sum() - 1)"
+    assert_close(got, want, dtype=torch.float32, what="kl_penalized_rewards",
                  hint="-kl_coef * (logprobs - ref_logprobs) on each response token, the score "
-                      "added at the last one (mask[b].sum() - 1), 0 off the mask")
+                      "added at the last response token, 0 off the mask")
 
 
 @pytest.mark.exercises("gae_advantages")
@@ -183,6 +191,12 @@ def test_gae_advantages(flow):
 @pytest.mark.points(3)
 def test_grpo_advantages(flow):
     got = case_values(flow, "grpo")[0]
+    g = GROUP_SCORES.double().view(2, 4)
+    population = ((g - g.mean(1, keepdim=True)) / (g.std(1, keepdim=True, unbiased=False)
+                                                   + 1e-6)).view(-1)
+    assert not (isinstance(got, torch.Tensor) and got.shape == population.shape
+                and torch.allclose(got.double(), population, atol=1e-5)), \
+        "grpo_advantages: divide by the sample standard deviation (divisor G - 1), not G"
     assert_close(got, grpo_reference(), dtype=torch.float32, what="grpo_advantages",
                  hint="(score - group mean) / (group *sample* std + eps), consecutive groups")
 
