@@ -134,6 +134,8 @@ def rank_sync(ctx, state: dict) -> dict:
 def rank_colocated(ctx) -> dict:
     from assignments.rlhf_system.toy import RLHFConfig
 
+    ctx.impl_module("rlhf_system", "rlhf")  # placement's siblings first: its relative imports
+    ctx.impl_module("rlhf_system", "weight_sync")
     pl = ctx.impl_module("rlhf_system", "placement")
     return run_cases(ctx, [("run", lambda: pl.run_colocated(RLHFConfig(prompts_per_rank=2), 2))])
 
@@ -168,7 +170,7 @@ def test_kl_penalized_rewards(flow):
         diff = got.double() - want
         assert not torch.allclose(diff, 2 * BETA * (LOGP.double() - REF.double()) * MASK,
                                   atol=1e-5), \
-            "kl_penalized_rewards: KL penalty sign: rewards_t = -kl_coef * (logprobs - ref_logprobs)"
+            "kl_penalized_rewards: KL penalty sign: r_t = -kl_coef * (logprobs - ref_logprobs)"
         assert not torch.allclose(got[:, 0].double(), want[:, 0] + SCORES.double(), atol=1e-5), \
             "kl_penalized_rewards: the score goes on the last response token (mask[b].sum() - 1)"
     assert_close(got, want, dtype=torch.float32, what="kl_penalized_rewards",

@@ -172,6 +172,13 @@ def rank_sync(ctx: Any, cases: list[dict[str, Any]]) -> dict[str, Any]:
 # ---- placements (4 ranks, sidecar) ----------------------------------------------------------
 
 
+def _siblings(ctx: Any) -> None:
+    """Import rlhf and weight_sync before placement, so its relative imports of them resolve
+    to the implementation under test (also when placement alone is a mutant's)."""
+    ctx.impl_module("rlhf_system", "rlhf")
+    ctx.impl_module("rlhf_system", "weight_sync")
+
+
 def _probe_forwards(toy: Any) -> list[tuple[int, bool]]:
     """Record, at every TinyPolicy forward, its fc1.weight's storage and whether grad is on."""
     seen: list[tuple[int, bool]] = []
@@ -188,6 +195,7 @@ def _probe_forwards(toy: Any) -> list[tuple[int, bool]]:
 def rank_colocated(ctx: Any, cfg_kwargs: dict[str, Any], iterations: int) -> dict[str, Any]:
     from assignments.rlhf_system import toy
 
+    _siblings(ctx)
     pl = ctx.impl_module("rlhf_system", "placement")
     seen = _probe_forwards(toy)
 
@@ -203,6 +211,7 @@ def rank_disaggregated(ctx: Any, cfg_kwargs: dict[str, Any], iterations: int,
                        trainers: list[int], rollouts: list[int]) -> dict[str, Any]:
     from assignments.rlhf_system import toy
 
+    _siblings(ctx)
     pl = ctx.impl_module("rlhf_system", "placement")
 
     def bad(kwargs: dict[str, Any], t: list[int], r: list[int]) -> str:

@@ -4,7 +4,8 @@ from harness.mutation import mutate
 MUTATES = "placement"
 FEEDBACK = "staleness"
 mutate(globals(), "rlhf_system", "placement", replace=[
-    ("    state = actor.state_dict()  # aliases the module's tensors: recv_weights updates the actor\n"
+    ("    state = actor.state_dict()  # aliases the module's tensors: "
+     "recv_weights updates the actor\n"
      "    synced = [recv_weights(state, sender, cfg.bucket_bytes)]",
      "    state = actor.state_dict()\n"
      "    staging = {k: v.clone() for k, v in state.items()}\n"
@@ -19,6 +20,8 @@ mutate(globals(), "rlhf_system", "placement", replace=[
      "                for name, t in state.items():\n"
      "                    t.copy_(staging[name])\n"
      "            loaded = synced[-1]"),
-    ("            synced.append(recv_weights(state, sender, cfg.bucket_bytes))\n        _send_batch",
-     "            synced.append(recv_weights(staging, sender, cfg.bucket_bytes))\n        _send_batch"),
+    ("            synced.append(recv_weights(state, sender, cfg.bucket_bytes))\n"
+     "        _send_batch",
+     "            synced.append(recv_weights(staging, sender, cfg.bucket_bytes))\n"
+     "        _send_batch"),
 ])
