@@ -23,6 +23,14 @@ ECHO_CHECKS: tuple[tuple[str, str, str], ...] = (
      "with scores this large each query sees one key: its output is that key's value row"),
     ("triton_kernels/test_paged_decode.py::test_length_one", "['args'][2]",
      "attention over one cached token returns its value row"),
+    ("rlhf_system/test_public.py::test_sync_bit_identical", "args[0]",
+     "after a weight sync the receiver holds exactly the sender's state, which it was given"),
+    ("rlhf_system/test_public.py::test_shard_for_tp", "args[0]",
+     "a tensor-parallel slice is cut from the full weights the rank was given"),
+    ("rlhf_system/test_sync.py::test_sync_", "['state",
+     "after a weight sync each receiver holds exactly the sender's state (or its TP slice)"),
+    ("rlhf_system/test_sync.py::test_shard_for_tp_slices", "args[0]",
+     "a tensor-parallel slice is cut from the full weights the rank was given"),
 )
 
 
