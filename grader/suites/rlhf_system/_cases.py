@@ -20,7 +20,7 @@ from harness.commlog import CommRecord, as_log
 from harness.launcher import preload
 
 preload("torch._dynamo")  # torch.optim imports it on first use: once in the forkserver
-LAUNCH_TIMEOUT = 120.0
+LAUNCH_TIMEOUT = 60.0
 ITERATIONS = 10
 LEARN_THRESHOLD = 0.25  # README §9: twice a random policy's expected score (0.125)
 BUCKET_BYTES = 17000
@@ -32,7 +32,7 @@ class Run:
     wire: list[list[CommRecord]] | None  # per rank, what the sidecars carried
 
 
-_RUNS = Memo(hang_timeout=30.0)
+_RUNS = Memo(hang_timeout=20.0)
 
 
 def tiny_state(seed: int, vocab: int = 8, hidden: int = 8, critic: bool = False
