@@ -98,6 +98,20 @@ def flow_calls() -> list[tuple[str, str, dict[str, Any]]]:
             cfg=cfg, actor=tiny_state(4304), frozen=tiny_state(4305),
             critic=tiny_state(4306, critic=True), seed=shifted(13), version=5,
             prompts=toy.make_prompts(toy.RLHFConfig(**cfg), 0, 0))))
+    for adv in ("gae", "grpo"):
+        B, T = 8, 3
+        prompts, responses = torch.arange(B) % 8, torch.randint(0, 8, (B, T), generator=g)
+        calls.append((f"train/{adv}", "train", dict(
+            cfg=dict(vocab=8, hidden=8, response_len=T, advantage=adv, lr=0.05, clip=0.2,
+                     ppo_epochs=2),
+            actor=tiny_state(4311), critic=tiny_state(4312, critic=True),
+            exp=dict(prompts=prompts, responses=responses, mask=torch.ones(B, T, dtype=torch.bool),
+                     old_logprobs=-torch.rand(B, T, generator=g) * 2 - 1.0,
+                     ref_logprobs=-torch.rand(B, T, generator=g) * 2,
+                     values=torch.randn(B, T, generator=g), scores=torch.rand(B, generator=g),
+                     rewards=torch.randn(B, T, generator=g),
+                     advantages=torch.randn(B, T, generator=g),
+                     returns=torch.randn(B, T, generator=g) if adv == "gae" else None))))
     calls.append(("manifest", "manifest", dict(state=tiny_state(4307))))
     for i, (manifest, limit) in enumerate(manifest_examples()):
         calls.append((f"buckets/drawn-{i}", "buckets", dict(manifest=manifest, limit=limit)))
@@ -107,6 +121,7 @@ def flow_calls() -> list[tuple[str, str, dict[str, Any]]]:
     calls.append(("buckets_error/too_large", "buckets_error",
                   dict(manifest=README_MANIFEST, limit=7999)))
     calls.append(("buckets_error/zero", "buckets_error", dict(manifest=README_MANIFEST, limit=0)))
+    calls.append(("buckets_error/zero_empty", "buckets_error", dict(manifest=[], limit=0)))
     full = tiny_state(4308)
     for name in ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "head.weight"):
         for tp_size, tp_rank in ((2, 1), (4, 2)):

@@ -85,8 +85,23 @@ def _experience_case(rl: Any, spec: dict[str, Any]) -> dict[str, Any]:
               "scores", "rewards", "advantages", "returns"]
     out: dict[str, Any] = {f: getattr(exp, f) for f in fields}
     out["version"] = exp.version
+    again = rl.make_experience(actor, reference, critic, spec["prompts"], cfg,
+                               torch.Generator().manual_seed(spec["seed"]))
+    out["default_version"] = again.version
     out["requires_grad"] = _flags(*[getattr(exp, f) for f in fields])
     return out
+
+
+def _train_case(rl: Any, spec: dict[str, Any]) -> dict[str, Any]:
+    from assignments.rlhf_system import toy
+
+    cfg = toy.RLHFConfig(**spec["cfg"])
+    actor, critic = _policy(spec["actor"]), _policy(spec["critic"], critic=True)
+    actor_opt = torch.optim.Adam(actor.parameters(), lr=cfg.lr)
+    critic_opt = torch.optim.Adam(critic.parameters(), lr=cfg.lr)
+    exp = toy.Experience(**spec["exp"], version=0)
+    rl.ppo_train_step(actor, critic, actor_opt, critic_opt, exp, cfg)
+    return {"actor": dict(actor.state_dict()), "critic": dict(critic.state_dict())}
 
 
 def rank_flow(ctx: Any, calls: list[tuple[str, str, dict[str, Any]]]) -> dict[str, Any]:
@@ -111,6 +126,8 @@ def rank_flow(ctx: Any, calls: list[tuple[str, str, dict[str, Any]]]) -> dict[st
             return _seqlp_case(rl, s)
         if what == "experience":
             return _experience_case(rl, s)
+        if what == "train":
+            return _train_case(rl, s)
         if what == "manifest":
             return [list(e) for e in ws.make_manifest(s["state"])]
         if what == "buckets":

@@ -132,3 +132,35 @@ def expected_score(state: Mapping[str, torch.Tensor], vocab: int, response_len: 
         lp = response_logprobs(state, prompts, seqs).sum(1)
         total += float((lp.exp() * reward(prompts, seqs, vocab)).sum())
     return total / vocab
+
+
+def ppo_steps(actor_state: Mapping[str, torch.Tensor], critic_state: Mapping[str, torch.Tensor],
+              exp: Mapping[str, torch.Tensor], cfg_kwargs: Mapping[str, object]
+              ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """cfg.ppo_epochs full-batch Adam steps of the documented update, in float32 as the rank
+    computes them (the provided models and losses, torch's Adam); the critic only for "gae"."""
+    from assignments.rlhf_system import toy
+
+    cfg = toy.RLHFConfig(**cfg_kwargs)  # type: ignore[arg-type]
+    vocab, hidden = actor_state["tok.weight"].shape
+    actor, critic = toy.TinyPolicy(vocab, hidden), toy.TinyCritic(vocab, hidden)
+    actor.load_state_dict(actor_state)
+    critic.load_state_dict(critic_state)
+    a_opt = torch.optim.Adam(actor.parameters(), lr=cfg.lr)
+    c_opt = torch.optim.Adam(critic.parameters(), lr=cfg.lr)
+    tokens = inputs_of(exp["prompts"], exp["responses"])
+    for _ in range(cfg.ppo_epochs):
+        a_opt.zero_grad()
+        logits = actor(tokens).float()
+        logp = torch.log_softmax(logits, -1).gather(2, exp["responses"][..., None])[..., 0]
+        toy.ppo_policy_loss(logp, exp["old_logprobs"], exp["advantages"], exp["mask"],
+                            cfg.clip).backward()
+        a_opt.step()
+        if cfg.advantage == "gae":
+            c_opt.zero_grad()
+            toy.value_loss(critic(tokens), exp["returns"], exp["mask"]).backward()
+            c_opt.step()
+    with torch.no_grad():
+        actor.num_updates += 1
+    return ({k: v.detach().clone() for k, v in actor.state_dict().items()},
+            {k: v.detach().clone() for k, v in critic.state_dict().items()})

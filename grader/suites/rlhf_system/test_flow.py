@@ -41,7 +41,7 @@ def _names(launch: Any, impl: Any, prefix: str) -> list[str]:
 # ---- rewards --------------------------------------------------------------------------------
 
 
-@pytest.mark.points(5)
+@pytest.mark.points(4)
 @pytest.mark.exercises("kl_penalized_rewards")
 def test_kl_rewards_masks_and_betas(launch, impl):
     for name in _names(launch, impl, "kl/"):
@@ -63,7 +63,7 @@ def test_kl_rewards_masks_and_betas(launch, impl):
 # ---- advantages -----------------------------------------------------------------------------
 
 
-@pytest.mark.points(5)
+@pytest.mark.points(4)
 @pytest.mark.exercises("gae_advantages")
 def test_gae_lambdas_and_masks(launch, impl):
     for name in _names(launch, impl, "gae/"):
@@ -78,7 +78,7 @@ def test_gae_lambdas_and_masks(launch, impl):
                      hint="returns_t = A_t + V_t on the mask, 0 off it")
 
 
-@pytest.mark.points(4)
+@pytest.mark.points(3)
 @pytest.mark.exercises("grpo_advantages")
 def test_grpo_sample_std_groups(launch, impl):
     for name in _names(launch, impl, "grpo/"):
@@ -180,6 +180,8 @@ def test_make_experience_consistent(launch, impl, adv):
     assert not got["requires_grad"], f"{what}: no tensor of the Experience may require grad"
     assert got["version"] == s["version"], f"{what}: version {got['version']}, passed " \
         f"{s['version']}"
+    assert got["default_version"] == 0, f"{what}: version defaults to 0, got " \
+        f"{got['default_version']}"
     prompts, resp = got["prompts"], got["responses"]
     assert isinstance(resp, torch.Tensor) and tuple(resp.shape) == (12, 3), \
         f"{what}: responses must be [B, response_len]"
@@ -211,3 +213,34 @@ def test_make_experience_consistent(launch, impl, adv):
     a, r = _ref.gae(rewards, values, mask, cfg["gamma"], cfg["lam"])
     assert_close(got["advantages"], a, dtype=F32, what=f"{what} advantages", hint=GAE_HINT)
     assert_close(got["returns"], r, dtype=F32, what=f"{what} returns", hint="A_t + V_t")
+
+
+# ---- ppo_train_step -------------------------------------------------------------------------
+
+
+@pytest.mark.points(3)
+@pytest.mark.exercises("ppo_train_step")
+def test_ppo_train_step_actor_and_critic(launch, impl):
+    for adv in ("gae", "grpo"):
+        got, s = _got(launch, impl, f"train/{adv}")
+        actor, critic = _ref.ppo_steps(s["actor"], s["critic"], s["exp"], s["cfg"])
+        what = f"ppo_train_step (advantage={adv}, {s['cfg']['ppo_epochs']} epochs)"
+        if adv == "grpo":
+            for name, before in s["critic"].items():
+                assert torch.equal(got["critic"][name], before), (
+                    f"{what}: the critic trains only for advantage 'gae'; {name} changed")
+        else:
+            for name, want in critic.items():
+                if not want.is_floating_point():
+                    continue  # the critic's own num_updates buffer: not the contract's concern
+                assert_close(got["critic"][name], want, dtype=F32, what=f"{what} critic {name}",
+                             hint="the critic takes the same epochs on toy.value_loss(critic("
+                                  "tokens), returns, mask) with its own Adam")
+        assert int(got["actor"]["num_updates"]) == int(actor["num_updates"]), \
+            f"{what}: add 1 to actor.num_updates once per call"
+        for name, want in actor.items():
+            if not want.is_floating_point():
+                continue  # num_updates, checked above
+            assert_close(got["actor"][name], want, dtype=F32, what=f"{what} actor {name}",
+                         hint="each epoch: zero grads, toy.ppo_policy_loss of sequence_logprobs "
+                              "against exp.old_logprobs and exp.advantages, backward, step")

@@ -123,6 +123,8 @@ def test_disaggregated_versions_and_staleness(launch, impl):
             assert k - 1 <= v <= k, (f"[rank {t} of 4] {STALE_HINT}; iteration {k} trained "
                                      f"on a batch of version {v}")
         assert len(tr["versions"]) == ITERATIONS, f"[rank {t} of 4] one batch per iteration"
+        assert len(tr["scores"]) == ITERATIONS and all(0 <= x <= 1 for x in tr["scores"]), (
+            f"[rank {t} of 4] scores must be {ITERATIONS} means of exp.scores in [0, 1]")
         assert ro["versions"] == tr["versions"], (
             f"[rank {r} of 4] generated versions {ro['versions']}, its trainer (rank {t}) "
             f"consumed {tr['versions']}; send each batch with the version that generated it")
