@@ -53,7 +53,7 @@ def test_plan_buckets_fixed_and_drawn(launch, impl):
 @pytest.mark.points(1)
 @pytest.mark.exercises("plan_buckets")
 def test_plan_buckets_rejects_what_fits_no_bucket(launch, impl):
-    for name in ("buckets_error/too_large", "buckets_error/zero"):
+    for name in ("buckets_error/too_large", "buckets_error/zero", "buckets_error/zero_empty"):
         got, s = _flow(launch, impl, name)
         assert got == "ValueError", (f"plan_buckets ({name}): raise ValueError for an entry "
                                      f"larger than bucket_bytes or bucket_bytes < 1; got "
