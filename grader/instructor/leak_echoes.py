@@ -27,6 +27,14 @@ ECHO_CHECKS: tuple[tuple[str, str, str], ...] = (
      "shard_params returns slices of the dense parameters it was given"),
     ("nd_parallel/test_shard.py::test_shard_params_cuts_like_megatron", "['params']",
      "shard_params returns slices of the dense parameters it was given"),
+    ("rlhf_system/test_public.py::test_sync_bit_identical", "args[0]",
+     "after a weight sync the receiver holds exactly the sender's state, which it was given"),
+    ("rlhf_system/test_public.py::test_shard_for_tp", "args[0]",
+     "a tensor-parallel slice is cut from the full weights the rank was given"),
+    ("rlhf_system/test_sync.py::test_sync_", "['state",
+     "after a weight sync each receiver holds exactly the sender's state (or its TP slice)"),
+    ("rlhf_system/test_sync.py::test_shard_for_tp_slices", "args[0]",
+     "a tensor-parallel slice is cut from the full weights the rank was given"),
 )
 
 

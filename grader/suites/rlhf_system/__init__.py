@@ -1,0 +1,1 @@
+"""Hidden suite of rlhf_system (never shipped to students)."""
