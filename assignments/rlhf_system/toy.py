@@ -229,6 +229,18 @@ def encode_manifest(manifest: list[tuple[str, tuple[int, ...], str]]) -> torch.T
     return torch.tensor(list(text.encode("utf-8")), dtype=torch.uint8)
 
 
+_DTYPES = {str(d): d for d in (torch.float64, torch.float32, torch.float16, torch.bfloat16,
+                                torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8,
+                                torch.bool)}
+
+
+def dtype_of(name: str) -> torch.dtype:
+    """The torch dtype a manifest spells `name` ("torch.float32" -> torch.float32).
+
+    Raises KeyError for a dtype outside float64/32/16, bfloat16, int64/32/16/8, uint8, bool."""
+    return _DTYPES[name]
+
+
 def decode_manifest(data: torch.Tensor) -> list[tuple[str, tuple[int, ...], str]]:
     """The inverse of `encode_manifest`."""
     entries = json.loads(bytes(data.tolist()).decode("utf-8"))

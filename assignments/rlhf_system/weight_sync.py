@@ -12,6 +12,8 @@ The wire protocol, per receiver, is exactly these messages in this order (README
    their byte sizes.
 
 Tensor-parallel receivers (README §6) receive the full tensors and keep their slices.
+`toy.dtype_of("torch.float32")` turns a manifest's dtype string back into a torch dtype
+(`getattr(torch, name)` is not allowed: attribute names must be literals).
 """
 
 from __future__ import annotations

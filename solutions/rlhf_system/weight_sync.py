@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 import torch
 import torch.distributed as dist
 
-from assignments.rlhf_system.toy import decode_manifest, encode_manifest
+from assignments.rlhf_system.toy import decode_manifest, dtype_of, encode_manifest
 
 _HEADER_DTYPE = torch.int64
 
@@ -22,7 +22,7 @@ def _entry_bytes(shape: Sequence[int], dtype: str) -> int:
     numel = 1
     for d in shape:
         numel *= int(d)
-    element = torch.empty((), dtype=getattr(torch, dtype.removeprefix("torch."))).element_size()
+    element = torch.empty((), dtype=dtype_of(dtype)).element_size()
     return numel * element
 
 
@@ -131,7 +131,7 @@ def recv_weights(state: Mapping[str, torch.Tensor], src: int, bucket_bytes: int,
             offset += size
             if problem:
                 continue
-            full = chunk.clone().view(getattr(torch, dtype.removeprefix("torch."))).reshape(shape)
+            full = chunk.clone().view(dtype_of(dtype)).reshape(shape)
             # Resharding: a TP rollout rank gets the full tensor and keeps its own slice.
             mine = shard_for_tp(name, full, tp_rank, tp_size, plan) if tp_size > 1 else full
             target = state[name]

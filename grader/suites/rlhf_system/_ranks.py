@@ -21,7 +21,7 @@ def _raised(fn: Any) -> str:
     """The name of the exception `fn()` raised, or "" when it returned."""
     try:
         fn()
-    except Exception as exc:  # noqa: BLE001 - the parent judges which one
+    except Exception as exc:
         if isinstance(exc, NotImplementedError):
             raise
         return type(exc).__name__
@@ -75,7 +75,7 @@ def _experience_case(rl: Any, spec: dict[str, Any]) -> dict[str, Any]:
     from assignments.rlhf_system import toy
 
     cfg = toy.RLHFConfig(**spec["cfg"])
-    actor, reference = _policy(spec["actor"]), _policy(spec["reference"])
+    actor, reference = _policy(spec["actor"]), _policy(spec["frozen"])
     reference.requires_grad_(False)
     critic = _policy(spec["critic"], critic=True) if cfg.advantage == "gae" else None
     gen = torch.Generator().manual_seed(spec["seed"])
