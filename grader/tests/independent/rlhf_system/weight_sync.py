@@ -8,21 +8,14 @@ from collections.abc import Mapping, Sequence
 import torch
 import torch.distributed as dist
 
-from assignments.rlhf_system.toy import decode_manifest, encode_manifest
+from assignments.rlhf_system.toy import decode_manifest, dtype_of, encode_manifest
 
 Entry = tuple[str, tuple[int, ...], str]
 
 
-def _dtype(spelling: str) -> torch.dtype:
-    dtype = getattr(torch, spelling.removeprefix("torch."), None)
-    if not isinstance(dtype, torch.dtype):
-        raise ValueError(f"unknown dtype {spelling!r}")
-    return dtype
-
-
 def _nbytes(entry: Entry) -> int:
     _, shape, spelling = entry
-    return math.prod(shape) * torch.empty((), dtype=_dtype(spelling)).element_size()
+    return math.prod(shape) * torch.empty((), dtype=dtype_of(spelling)).element_size()
 
 
 def make_manifest(state: Mapping[str, torch.Tensor]) -> list[Entry]:
@@ -104,7 +97,7 @@ def recv_weights(state: Mapping[str, torch.Tensor], src: int, bucket_bytes: int,
             name, shape, spelling = manifest[i]
             size = _nbytes(manifest[i])
             chunk = payload[offset:offset + size].clone()
-            received[name] = chunk.view(_dtype(spelling)).reshape(shape)
+            received[name] = chunk.view(dtype_of(spelling)).reshape(shape)
             offset += size
     # every message is in: now it is safe to refuse
     if set(received) != set(state):
