@@ -140,7 +140,7 @@ def compile_cases() -> dict[str, dict[str, Any]]:
 
 
 # FX: the node kinds each rewritten graph must have (README §5), counted by hand from
-# `_programs.py`: silu, add_relu, sigmoid, mul, add, relu (anything else is unchanged).
+# `_ranks_programs.py`: silu, add_relu, sigmoid, mul, add, relu (anything else is unchanged).
 FX_EXPECTED = {
     "silu_forms": {"silu": 4, "add_relu": 0, "sigmoid": 0, "mul": 0, "add": 0, "relu": 0},
     "add_relu_forms": {"silu": 0, "add_relu": 4, "sigmoid": 0, "mul": 0, "add": 0, "relu": 0},

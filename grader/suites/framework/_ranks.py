@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from grader.suites.framework._programs import (
+from grader.suites.framework._ranks_programs import (
     CHECKPOINTED,
     FLOP_PROGRAMS,
     FX_FUNCTIONS,

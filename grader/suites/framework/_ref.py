@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from grader.suites.framework._programs import CHECKPOINTED, FLOP_PROGRAMS, SAVED_FUNCTIONS
 from grader.suites.framework._ranks import leaves, packed_bytes
+from grader.suites.framework._ranks_programs import CHECKPOINTED, FLOP_PROGRAMS, SAVED_FUNCTIONS
 
 F64 = torch.float64
 

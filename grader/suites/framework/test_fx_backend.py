@@ -13,8 +13,8 @@ import torch
 
 from grader.compare import assert_close
 from grader.suites.framework._cases import FX_EXPECTED, backend_cases
-from grader.suites.framework._programs import FX_FUNCTIONS
 from grader.suites.framework._ranks import rank_fx
+from grader.suites.framework._ranks_programs import FX_FUNCTIONS
 from harness.case_tests import CaseTests
 from harness.cases import case_value
 from harness.launcher import preload

@@ -361,4 +361,5 @@ def f2_reference(seed: int, x: torch.Tensor, y: torch.Tensor, kind: str, hyper: 
         opt.zero_grad()
         ((model(x[s].double()) - y[s].double()) ** 2).mean().backward()
         opt.step()
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+    # state_dict() tensors are already detached: a copy of each is all that is needed
+    return {name: tensor.clone() for name, tensor in model.state_dict().items()}

@@ -11,8 +11,8 @@ import pytest
 
 from grader.suites.nd_parallel import _cases as C
 from grader.suites.nd_parallel import _ref as R
-from grader.suites.nd_parallel._judge import window
-from grader.suites.nd_parallel._launches import expected, run, values
+from grader.suites.nd_parallel._cases_launches import expected, run, values
+from grader.suites.nd_parallel._ref_judge import window
 from harness.cases import where
 
 pytestmark = pytest.mark.exercises("build_mesh")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from grader.suites.nd_parallel import _ref as R
-from grader.suites.nd_parallel._launches import case, run, values
+from grader.suites.nd_parallel._cases_launches import case, run, values
 
 ROW_MAJOR = "row-major: the last axis varies fastest (consecutive ranks share its group)"
 

@@ -10,8 +10,8 @@ import pytest
 
 from grader.suites.nd_parallel import _cases as C
 from grader.suites.nd_parallel import _ref as R
-from grader.suites.nd_parallel._judge import close, close_dict
-from grader.suites.nd_parallel._launches import case, cases_for, expected, run, values
+from grader.suites.nd_parallel._cases_launches import case, cases_for, expected, run, values
+from grader.suites.nd_parallel._ref_judge import close, close_dict
 
 MEMORY_KEYS = ["weights", "grads", "optimizer", "activations", "total"]
 COMM_KEYS = ["tp", "pp", "dp"]

@@ -9,8 +9,8 @@ import pytest
 
 from grader.compare import Tolerance
 from grader.suites.nd_parallel import _cases as C
-from grader.suites.nd_parallel._judge import check_shards
-from grader.suites.nd_parallel._launches import expected, run, values
+from grader.suites.nd_parallel._cases_launches import expected, run, values
+from grader.suites.nd_parallel._ref_judge import check_shards
 
 pytestmark = pytest.mark.exercises("shard_params")
 HINT = ("w1 and b1 keep rows [j*ffn/T, (j+1)*ffn/T), w2 the same columns, b2 whole "

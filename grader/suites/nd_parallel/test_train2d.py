@@ -12,7 +12,8 @@ import pytest
 
 from grader.suites.nd_parallel import _cases as C
 from grader.suites.nd_parallel import _ref as R
-from grader.suites.nd_parallel._judge import (
+from grader.suites.nd_parallel._cases_launches import case, expected, run, values
+from grader.suites.nd_parallel._ref_judge import (
     axis_groups_of,
     bytes_on,
     check_shards,
@@ -22,7 +23,6 @@ from grader.suites.nd_parallel._judge import (
     window,
     wire_diagnosis,
 )
-from grader.suites.nd_parallel._launches import case, expected, run, values
 from harness.cases import where
 
 pytestmark = pytest.mark.exercises("train_2d")

@@ -36,7 +36,10 @@ def critic_values(state: Mapping[str, torch.Tensor], tokens: torch.Tensor) -> to
 
 
 def inputs_of(prompts: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:
-    return torch.cat([prompts[:, None], responses[:, :-1]], dim=1)
+    # the prompt in column 0, then every response token but the last
+    shifted = responses.roll(1, dims=1)
+    shifted[:, 0] = prompts
+    return shifted
 
 
 def response_logprobs(state: Mapping[str, torch.Tensor], prompts: torch.Tensor,
