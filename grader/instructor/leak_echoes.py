@@ -35,6 +35,10 @@ ECHO_CHECKS: tuple[tuple[str, str, str], ...] = (
      "after a weight sync each receiver holds exactly the sender's state (or its TP slice)"),
     ("rlhf_system/test_sync.py::test_shard_for_tp_slices", "args[0]",
      "a tensor-parallel slice is cut from the full weights the rank was given"),
+    ("rlhf_system/test_flow.py::test_ppo_train_step_actor_and_critic", "['critic']",
+     "with advantage 'grpo' the critic the rank was given must come back untouched"),
+    ("rlhf_system/test_flow.py::test_ppo_train_step_actor_and_critic", "['logit_bias']",
+     "the actor's logit_bias is a buffer, not trained: it comes back as the rank was given it"),
 )
 
 

@@ -52,7 +52,8 @@ def tiny_state(seed: int, vocab: int = 8, hidden: int = 8, critic: bool = False
 
 KL_MASKS = {"full": [3, 3, 3], "ragged": [1, 4, 2], "one_token": [1, 1, 1]}
 GAE_PARAMS = {"gamma=1-lam=0.95": (1.0, 0.95), "lam=0": (0.9, 0.0), "lam=1": (1.0, 1.0),
-              "ragged-gamma=0.8": (0.8, 0.9)}
+              "ragged-gamma=0.8": (0.8, 0.9), "one_token-gamma=0.9": (0.9, 0.95)}
+GAE_LENGTHS = {"ragged": [2, 5, 3, 1], "one_token": [1, 1, 1, 1]}
 
 
 def _mask(lengths: list[int], T: int) -> torch.Tensor:
@@ -69,7 +70,7 @@ def flow_calls() -> list[tuple[str, str, dict[str, Any]]]:
                 logprobs=-torch.rand(3, T, generator=g) * 3, ref=-torch.rand(3, T, generator=g) * 3,
                 scores=torch.rand(3, generator=g) + 0.5, mask=_mask(lengths, T), beta=beta)))
     for name, (gamma, lam) in GAE_PARAMS.items():
-        lengths = [2, 5, 3, 1] if name.startswith("ragged") else [4, 4, 4, 4]
+        lengths = GAE_LENGTHS.get(name.split("-")[0], [4, 4, 4, 4])
         T = max(lengths)
         calls.append((f"gae/{name}", "gae", dict(
             rewards=torch.randn(4, T, generator=g), values=torch.randn(4, T, generator=g),
@@ -193,6 +194,13 @@ def sync_cases() -> list[dict[str, Any]]:
                     dst=dst, recv=recv, version=version, bucket_bytes=bucket_bytes, **extra)
 
     every = {r: dict(full, shapes=_shapes(first)) for r in (1, 2, 3)}
+    g = seeded_generator(4322)
+    # Mixed dtypes in one bucket: "b" starts at byte 3 of it, "c" at byte 23, "d" at byte 29,
+    # none aligned to its element size.
+    mixed = {"a": torch.randint(0, 256, (3,), generator=g, dtype=torch.uint8),
+             "b": torch.randn(5, generator=g), "c": torch.randn(3, generator=g).bfloat16(),
+             "d": torch.randint(-1000, 1000, (2,), generator=g),
+             "e": torch.randn(2, 3, generator=g)}
     return [
         case("full-3_receivers-v7", first, [1, 2, 3], every, 7),
         case("full-again-v8", second, [3, 1], {r: dict(full, shapes=_shapes(second))
@@ -209,6 +217,7 @@ def sync_cases() -> list[dict[str, Any]]:
              12, expect_recv_error=True),
         case("after_bad-v13", second, [1, 2], {r: dict(full, shapes=_shapes(second))
                                                for r in (1, 2)}, 13),
+        case("mixed_dtypes-unaligned-v14", mixed, [3], {3: dict(full, shapes=_shapes(mixed))}, 14),
     ]
 
 
@@ -225,12 +234,14 @@ def sync_run(launch: Any, impl: str) -> tuple[list[dict[str, Any]], Run]:
 # ---- the placements: one 4-rank launch each, over the sidecars ------------------------------
 
 PLACEMENT_CFG: dict[str, Any] = {"seed": 0}
+GAE_ITERATIONS = 3  # co-located with a critic: a short run, judged on agreement, not learning
 TRAINERS, ROLLOUTS = [0, 1], [2, 3]
 
 
 def colocated_run(launch: Any, impl: str) -> Run:
     def make() -> Any:
-        result = launch(_ranks.rank_colocated, world_size=4, args=(PLACEMENT_CFG, ITERATIONS),
+        result = launch(_ranks.rank_colocated, world_size=4,
+                        args=(PLACEMENT_CFG, ITERATIONS, GAE_ITERATIONS),
                         timeout=LAUNCH_TIMEOUT, transport="sidecar")
         return Run(result.values, [as_log(w) for w in result.wire])
 

@@ -209,19 +209,62 @@ def _probe_forwards(toy: Any) -> list[tuple[int, bool]]:
     return seen
 
 
-def rank_colocated(ctx: Any, cfg_kwargs: dict[str, Any], iterations: int) -> dict[str, Any]:
+def _probe_critic(toy: Any) -> dict[int, Any]:
+    """Record every TinyCritic that runs a forward (by id): the run's critic, to return."""
+    seen: dict[int, Any] = {}
+    original = toy.TinyCritic.forward
+
+    def forward(self: Any, tokens: torch.Tensor) -> torch.Tensor:
+        seen[id(self)] = self
+        return original(self, tokens)
+
+    toy.TinyCritic.forward = forward
+    return seen
+
+
+def _probe_seeding(toy: Any) -> dict[str, list[tuple[int, int]]]:
+    """Record the (iteration, rank) of every toy.make_prompts and toy.rollout_generator call.
+    Installed before the placement module is imported, so its imports bind the wrappers."""
+    calls: dict[str, list[tuple[int, int]]] = {"make_prompts": [], "rollout_generator": []}
+    for name in calls:
+        original = getattr(toy, name)
+
+        def wrapper(cfg: Any, iteration: int, rank: int, _name: str = name,
+                    _original: Any = original) -> Any:
+            calls[_name].append((int(iteration), int(rank)))
+            return _original(cfg, iteration, rank)
+
+        setattr(toy, name, wrapper)
+    return calls
+
+
+def rank_colocated(ctx: Any, cfg_kwargs: dict[str, Any], iterations: int,
+                   gae_iterations: int) -> dict[str, Any]:
     from assignments.rlhf_system import toy
 
+    seeding = _probe_seeding(toy)
     _siblings(ctx)
     pl = ctx.impl_module("rlhf_system", "placement")
     seen = _probe_forwards(toy)
+    critics = _probe_critic(toy)
 
     def run() -> Any:
+        seen.clear()
+        for calls in seeding.values():
+            calls.clear()
         out = pl.run_colocated(toy.RLHFConfig(**cfg_kwargs), iterations)
         return {"result": out, "storages": len({ptr for ptr, _ in seen}),
-                "forwards": len(seen)}
+                "forwards": len(seen), "seeding": {k: list(v) for k, v in seeding.items()}}
 
-    return run_cases(ctx, [("colocated", run)])
+    def run_gae() -> Any:
+        critics.clear()
+        out = pl.run_colocated(toy.RLHFConfig(**dict(cfg_kwargs, advantage="gae")),
+                               gae_iterations)
+        return {"result": out, "critics": len(critics),
+                "critic": {k: v.detach().clone() for m in critics.values()
+                           for k, v in m.state_dict().items()}}
+
+    return run_cases(ctx, [("colocated", run), ("colocated_gae", run_gae)])
 
 
 def rank_disaggregated(ctx: Any, cfg_kwargs: dict[str, Any], iterations: int,

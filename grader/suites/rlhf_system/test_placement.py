@@ -13,6 +13,7 @@ import torch
 from assignments.rlhf_system.toy import RLHFConfig, build_models, encode_manifest
 from grader.suites.rlhf_system import _ref
 from grader.suites.rlhf_system._cases import (
+    GAE_ITERATIONS,
     ITERATIONS,
     LEARN_THRESHOLD,
     PLACEMENT_CFG,
@@ -28,6 +29,8 @@ COPY_HINT = ("co-located generation must read the actor's own tensors: a copy of
 STALE_HINT = ("staleness bound: the batch trained at version k must come from version k-1 or "
               "k; apply each received sync before generating the next batch")
 BUFFER_HINT = "buffers are part of the weights: sync the whole state_dict, not only parameters"
+SEEDING_HINT = ("iteration k on rank r draws its prompts with toy.make_prompts(cfg, k, r) and "
+                "samples with toy.rollout_generator(cfg, k, r) (iteration first, then rank)")
 
 
 def _colocated(launch: Any, impl: Any) -> list[dict[str, Any]]:
@@ -78,6 +81,39 @@ def test_colocated_ranks_agree_and_versions(launch, impl):
         assert int(res["actor"]["num_updates"]) == ITERATIONS, (
             f"[rank {rank} of 4] run_colocated: num_updates is {int(res['actor']['num_updates'])}"
             f", expected {ITERATIONS} (one per ppo_train_step)")
+        want = sorted((k, rank) for k in range(ITERATIONS))
+        for name, calls in out["seeding"].items():
+            pairs = sorted({(int(k), int(r)) for k, r in calls})
+            assert pairs == want, (
+                f"[rank {rank} of 4] run_colocated called toy.{name} with (iteration, rank) "
+                f"{pairs[:3]}...; {SEEDING_HINT}")
+    _colocated_gae_trains_the_critic(launch, impl)
+
+
+def _colocated_gae_trains_the_critic(launch: Any, impl: Any) -> None:
+    got = case_values(colocated_run(launch, impl.text).values, "colocated_gae",
+                      "run_colocated (advantage='gae')")
+    what = f"run_colocated (advantage='gae', {GAE_ITERATIONS} iterations)"
+    _, initial, _ = build_models(RLHFConfig(**dict(PLACEMENT_CFG, advantage="gae")))
+    first = got[0]
+    for rank, out in enumerate(got):
+        res = out["result"]
+        assert res["versions"] == list(range(GAE_ITERATIONS)), (
+            f"[rank {rank} of 4] {what}: versions {res['versions']}, expected "
+            f"0..{GAE_ITERATIONS - 1}")
+        differs = _same_state(res["actor"], first["result"]["actor"])
+        assert not differs, (f"[rank {rank} of 4] {what}: actor {differs} differs from rank 0's; "
+                             f"average the gradients over every rank")
+        assert out["critics"] == 1, (
+            f"[rank {rank} of 4] {what}: {out['critics']} critics ran; pass build_models' "
+            f"critic to make_experience and ppo_train_step for 'gae'")
+        assert _same_state(out["critic"], initial.state_dict()), (
+            f"[rank {rank} of 4] {what}: the critic's weights never changed; for 'gae' "
+            f"train the critic with its own Adam(critic.parameters(), lr=cfg.lr) in "
+            f"ppo_train_step")
+        differs = _same_state(out["critic"], first["critic"])
+        assert not differs, (f"[rank {rank} of 4] {what}: critic {differs} differs from rank 0's;"
+                             f" average the critic's gradients over the group too")
 
 
 @pytest.mark.points(2)

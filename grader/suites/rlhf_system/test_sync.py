@@ -130,7 +130,8 @@ def _check_received(case: dict[str, Any], rank: int, got: dict[str, Any]) -> Non
         f"{case['version']}; return the header's version")
 
 
-SYNCS = ["full-3_receivers-v7", "full-again-v8", "small_buckets-B=16896"]
+SYNCS = ["full-3_receivers-v7", "full-again-v8", "small_buckets-B=16896",
+         "mixed_dtypes-unaligned-v14"]
 
 
 @pytest.mark.points(7)
