@@ -52,6 +52,7 @@ from harness.impl import ImplSpec, resolve_impl
 from harness.rankmain import RENDEZVOUS_ERROR, RankJob, rank_entry
 from harness.sidecar import (
     SidecarSet,
+    WireMismatchError,
     WireRecord,
     check_against_wire,
     forbidden_on_wire,
@@ -248,6 +249,7 @@ def _launch_once(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[
     started = time.monotonic()
     group = _new_launch_group(world_size)
     failed = True
+    wire_error: WireMismatchError | None = None
     try:
         jobs = [RankJob(rank=r, world_size=world_size, backend=chosen_backend,
                         workdir=os.path.join(workdir, f"rank{r}"), store_path=store_path,
@@ -282,7 +284,12 @@ def _launch_once(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[
                          stall_after=stall_after)
         results = [payload.load(job.path("result.pt"), max_result_bytes,
                                 who=f"rank {job.rank} of {world_size}") for job in jobs]
-        wire = sidecars.records() if sidecars is not None else None
+        try:
+            wire = sidecars.records() if sidecars is not None else None
+        except WireMismatchError as exc:
+            # A process the rank left behind may hold its sidecar connection open, so the log is
+            # never written: the survivor check below names that cause, this error otherwise.
+            wire, wire_error = None, exc
         failed = False
     finally:
         if starting is not None and sidecars is None:
@@ -305,6 +312,8 @@ def _launch_once(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[
         tempdirs.release(workdir)
         if survivors and not failed:
             raise _survivor_error(survivors, qualname)
+    if wire_error is not None:
+        raise wire_error
     values, comm = [], []
     for r, result in enumerate(results):
         if not isinstance(result, dict) or set(result) != {"value", "comm"}:
