@@ -67,7 +67,7 @@ def collective_time(op: str, nbytes: float, group_size: int, alpha: float, bw: f
     - "all_reduce": 2·(k−1)·alpha + 2·(k−1)/k · nbytes/bw;
     - "all_gather" and "reduce_scatter": (k−1)·alpha + (k−1)/k · nbytes/bw;
     - "send" (point-to-point, group_size ignored): alpha + nbytes/bw.
-    A collective over k = 1 costs 0.
+    A collective (not a send, whose cost does not depend on k) over k = 1 costs 0.
 
     Raises:
         ValueError: an unknown op, group_size < 1, nbytes < 0 or bw <= 0.

@@ -62,7 +62,8 @@ def train_2d(params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor, 
     [k·B/D, (k+1)·B/D) of x[s], and the D replicas' gradients are averaged. Communication:
     only the TP layers' all-reduces on tp_group, and the gradient averaging on dp_group: each
     element of this rank's gradient all-reduced once per step (one call per tensor or a flat
-    buffer, SUM then divide, or AVG), nothing on any other group.
+    buffer, SUM then divide, or AVG), nothing on any other group. With D = 1 that all-reduce
+    changes nothing: running it or skipping it are both correct.
 
     Returns:
         This rank's shards after the last step, as `shard_params(final, j, T)` would cut the
