@@ -52,9 +52,8 @@ def main(argv: list[str]) -> int:
         print(f"error: no benchmark {name!r}; available: {', '.join(benches) or 'none'}",
               file=sys.stderr)
         return 2
-    path = _module_paths().get(name)
-    package = _PACKAGES[path.parent] if path is not None else __name__
-    module = importlib.import_module(f"{package}.{name}")
+    path = _module_paths()[name]
+    module = importlib.import_module(f"{_PACKAGES[path.parent]}.{name}")
     return int(module.main(rest) or 0)
 
 

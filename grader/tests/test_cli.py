@@ -121,6 +121,7 @@ def test_bench_lists_dispatches_and_refuses_unknown_names(monkeypatch, capsys):
     fake.main = lambda argv: seen.append(argv) or 3
     monkeypatch.setitem(sys.modules, "grader.bench.fake", fake)
     monkeypatch.setattr(bench, "available", lambda: {"fake": "a fake"})
+    monkeypatch.setattr(bench, "_module_paths", lambda: {"fake": bench.BENCH_DIR / "fake.py"})
     assert cli.main(["bench", "fake", "--runs", "2"]) == 3
     assert seen == [["--runs", "2"]]
 
