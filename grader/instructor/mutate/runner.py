@@ -8,7 +8,7 @@ mutated module changed — and is graded as `--impl <tmp>/<slug>`, the directory
 (`assignments.<id>.<helper>`), so the folder holds the editable modules only.
 
 How the folders are graded is an `Engine`. `SessionEngine` runs one isolated pytest session per
-mutant through `grader.runner.run_session`, stopping at the first failure (`-x`), a few at a
+mutant through `grader.session.runner.run_session`, stopping at the first failure (`-x`), a few at a
 time (`--session-per-mutant`); `BatchEngine` (grader/instructor/mutate/batch.py), the default,
 grades a batch of mutants in one session.
 """
@@ -26,7 +26,7 @@ from grader.instructor.mutate.generate import Generation, Mutant
 from grader.instructor.pool import run_each
 from grader.instructor.variant_changes import lines_changes
 from grader.manifest import Assignment
-from grader.runner import Session, run_session
+from grader.session.runner import Session, run_session
 from harness.impl import resolve_impl
 
 VERDICTS = ("killed", "survived", "timed_out", "error")

@@ -1,4 +1,4 @@
-"""The graded session's state, shared by the plugin's modules (`grader/plugin.py` and the
+"""The graded session's state, shared by the plugin's modules (`grader/session/plugin.py` and the
 plugins it loads): what each test scored, per implementation, kept in `config.stash[STATE]`."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import IO, Any
 
 import pytest
 
-from grader.results import TestResult
+from grader.report.results import TestResult
 from harness.impl import ImplSpec
 
 
@@ -62,7 +62,7 @@ class SessionState:
     collection_errors: list[str] = field(default_factory=list)
     timing: dict[str, float] = field(default_factory=dict)
     finished: int = 0  # tests whose teardown was reported (under xdist, others still run)
-    events: IO[str] | None = None  # the event channel (grader/plugin_events.py), controller only
+    events: IO[str] | None = None  # the event channel (grader/session/events.py), controller only
 
     @property
     def impl(self) -> ImplSpec:
