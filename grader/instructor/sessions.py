@@ -60,7 +60,7 @@ class Job:
     subject: str = ""
     # The solution's functions this variant changes (`module:qualname`), read statically;
     # None: it may change anything. With the solution in its session, a test that ran none of
-    # them there is not run again (grader/plugin_coverage.py).
+    # them there is not run again (grader/instructor/plugin_coverage.py).
     changes: tuple[str, ...] | None = None
     always: tuple[str, ...] = ()  # public names whose tests always run for it
 
@@ -282,9 +282,10 @@ def narrow_to_margins(batch: Batch, solution: RunResult | None) -> Batch | None:
 
 
 def coverage_plan(batch: Batch, path: Path) -> tuple[str, ...]:
-    """Write the session's coverage plan (grader/plugin_coverage.py) to `path` and return the
-    pytest arguments that use it: the solution is traced, and each variant that says what it
-    changes skips the tests that ran none of it. () when the batch has no solution first."""
+    """Write the session's coverage plan (grader/instructor/plugin_coverage.py) to `path` and
+    return the pytest arguments that use it: the solution is traced, and each variant that says
+    what it changes skips the tests that ran none of it. () when the batch has no solution
+    first."""
     if not batch.jobs or batch.jobs[0].kind != "solution":
         return ()
     variants = {job.impl.argument: {"changed": list(job.changes), "always": list(job.always)}

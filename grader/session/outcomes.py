@@ -135,7 +135,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         outcome.reason = str(props.get("reason", ""))
         outcome.not_implemented = props.get("failure_kind") == "not_implemented"
     elif report.skipped and _skip_text(report) == INFERRED:
-        outcome.inferred = True  # passed, as the reference did (grader/plugin_coverage.py)
+        # passed, as the reference did (grader/instructor/plugin_coverage.py)
+        outcome.inferred = True
     elif report.skipped and outcome.outcome == "passed":
         outcome.outcome = "skipped"
         outcome.reason = str(props.get("reason", "")) or _skip_text(report)

@@ -31,7 +31,8 @@ class TestOutcome:
     margin: float | None = None  # worst observed error / tolerance of its comparisons
     margin_at: str = ""  # which comparison that was
     exercises: tuple[str, ...] = ()  # the public names it calls (@pytest.mark.exercises)
-    inferred: bool = False  # not run: the reference's outcome (grader/plugin_coverage.py)
+    # not run: the reference's outcome (grader/instructor/plugin_coverage.py)
+    inferred: bool = False
     order: int = 0  # its place in the collection (the suite's order)
     launches: int = 0  # harness launches it made (the `launch` fixture), setup and teardown too
     launch_s: float = 0.0

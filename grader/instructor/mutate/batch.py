@@ -124,9 +124,9 @@ class BatchEngine:
     suites: Path | None = None
     jobs: int = 2
     batch_size: int = 16
-    # Coverage guidance (grader/plugin_coverage.py): what the traced solution ran per test
-    # (`trace_baseline` writes it), and per implementation folder the functions it changes; a
-    # mutant's test that ran none of them under the solution is not run.
+    # Coverage guidance (grader/instructor/plugin_coverage.py): what the traced solution ran per
+    # test (`trace_baseline` writes it), and per implementation folder the functions it changes;
+    # a mutant's test that ran none of them under the solution is not run.
     reference: Path | None = None
     changes: dict[str, tuple[str, ...]] = field(default_factory=dict)
     _stopping: threading.Event = field(default_factory=threading.Event, repr=False)

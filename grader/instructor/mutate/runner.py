@@ -74,8 +74,9 @@ def judge_session(session: Session) -> Verdict:
         return Verdict("error", reason=why, wall_s=session.wall_s)
     graded = [t for t in run.tests if not t.not_graded_here]
     failed = [t for t in graded if not t.passed]
-    # A test that never reached the mutated function is not run (grader/plugin_coverage.py):
-    # it passes as the solution did, and is not among the tests that ran on the mutant.
+    # A test that never reached the mutated function is not run
+    # (grader/instructor/plugin_coverage.py): it passes as the solution did, and is not among the
+    # tests that ran on the mutant.
     ran = tuple(t.nodeid for t in graded if not t.inferred)
     if failed:
         return Verdict("killed", killed_by=failed[0].nodeid, reason=failed[0].feedback,
