@@ -58,7 +58,7 @@ class Case:
     not_in_summary: tuple[str, ...] = ()
     not_in_reports: tuple[str, ...] = ()  # in none of results.json, summary.md, junit.xml
     max_parent_mb: int = 0  # peak RSS of any grading process (wait4's ru_maxrss); 0: unchecked
-    # The rule the static screen (grader/screen/scan.py) must reject the submission with; "" means
+    # The rule the static screen (grader/screen.py) must reject the submission with; "" means
     # the screen must let it through. Checked on the files, before grading.
     screen: str = ""
     # Grade with `--screen off`, to prove the defence behind the screen on its own (the screen
