@@ -259,7 +259,7 @@ def run_case(case: Case, *, sandbox: str = "on") -> CaseResult:
 def screen_problems(case: Case, submission: Path) -> list[str]:
     """Breaches of the case's `screen` expectation, judged on the submission's files."""
     from grader.manifest import load_manifest
-    from grader.screen import screen
+    from grader.screen.scan import screen
 
     assignment = load_manifest().get(case.assignment)
     verdict = screen("dir", submission, case.assignment,

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from grader.manifest import Assignment, Course
-from grader.results import NOT_GRADED_HERE, TestResult, clip_reason
+from grader.report.results import NOT_GRADED_HERE, TestResult, clip_reason
 from grader.worksheets.nbgrade import (
     NOTEBOOK,
     Autograded,

@@ -13,10 +13,11 @@ Every event has `"event"` (its kind) and `"t"` (seconds since the plugin loaded)
 
 It carries progress only: verdicts come from the `--mlsys-results` file alone. The human
 progress line (`--mlsys-progress`, `grader grade`'s output) is `progress_line(event)` of a
-`test_end`; instructors' drivers (grader/runner.py `run_session(on_event=...)`) read the dicts.
+`test_end`; instructors' drivers (grader/session/runner.py `run_session(on_event=...)`) read the
+dicts.
 
-Not a plugin itself: `grader/plugin.py` opens the channel, `grader/plugin_results.py`'s hooks
-write the events.
+Not a plugin itself: `grader/session/plugin.py` opens the channel, `grader/session/outcomes.py`'s
+hooks write the events.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import IO, Any
 
 import pytest
 
-from grader.plugin_state import PLUGIN_LOADED, STATE, SessionState
+from grader.session.state import PLUGIN_LOADED, STATE, SessionState
 
 EVENT_KINDS = ("session_start", "test_start", "test_end", "session_end")
 

@@ -1,12 +1,12 @@
 """Per-test outcomes, from the reports to the results file.
 
 On every process (an xdist worker or a session of its own), one wrapper hook puts onto each
-report what the controller cannot see: the failure's short reason (`grader.reasons`), the worst
-tolerance margin and the time spent in launches. On the controller, the reports become one
-`TestOutcome` per test and implementation (a `test_end` event each, grader/plugin_events.py),
+report what the controller cannot see: the failure's short reason (`grader.session.reasons`), the
+worst tolerance margin and the time spent in launches. On the controller, the reports become one
+`TestOutcome` per test and implementation (a `test_end` event each, grader/session/events.py),
 and at the end one `RunResult` per implementation is written to `--mlsys-results`.
 
-Loaded by `grader/plugin.py` (`pytest_plugins`).
+Loaded by `grader/session/plugin.py` (`pytest_plugins`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from typing import Any
 
 import pytest
 
-from grader import reasons
-from grader.plugin_events import close, controller_state, emit, label_of
-from grader.plugin_state import (
+from grader.report.results import NOT_GRADED_HERE, RunResult, clip_reason
+from grader.session import reasons
+from grader.session.events import close, controller_state, emit, label_of
+from grader.session.state import (
     INFERRED,
     NOT_RUN,
     PLUGIN_LOADED,
@@ -29,7 +30,6 @@ from grader.plugin_state import (
     TestOutcome,
     take_launch_times,
 )
-from grader.results import NOT_GRADED_HERE, RunResult, clip_reason
 
 
 # -- reasons ----------------------------------------------------------------------------------
@@ -37,7 +37,7 @@ def short_reason(excinfo: pytest.ExceptionInfo[BaseException] | None,
                  hidden_roots: Sequence[Path] = (), path: Path | None = None) -> tuple[str, str]:
     """(one line of the failure, its kind: "not_implemented" | "assertion" | "error").
 
-    Built by `grader.reasons`: the first line, scrubbed of anything naming the hidden suites
+    Built by `grader.session.reasons`: the first line, scrubbed of anything naming the hidden suites
     under `hidden_roots` (those of the test file `path`'s assignment), capped. Only this line
     reaches students for hidden tests.
     """
@@ -135,7 +135,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         outcome.reason = str(props.get("reason", ""))
         outcome.not_implemented = props.get("failure_kind") == "not_implemented"
     elif report.skipped and _skip_text(report) == INFERRED:
-        outcome.inferred = True  # passed, as the reference did (grader/plugin_coverage.py)
+        # passed, as the reference did (grader/instructor/plugin_coverage.py)
+        outcome.inferred = True
     elif report.skipped and outcome.outcome == "passed":
         outcome.outcome = "skipped"
         outcome.reason = str(props.get("reason", "")) or _skip_text(report)

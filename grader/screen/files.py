@@ -1,8 +1,8 @@
 """Which files an implementation under test is made of, as the static screen reads them.
 
 `sources` lists the files a rank may import as an assignment's implementation (the editable
-modules, a submitted folder's other siblings, a mutant as the source it runs); `grader/screen.py`
-screens each. Nothing here is imported or run: files are read as text.
+modules, a submitted folder's other siblings, a mutant as the source it runs);
+`grader/screen/scan.py` screens each. Nothing here is imported or run: files are read as text.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ Generates a class in a temporary folder (not timed): per student and assignment 
 results.json in the schema (tests passed or failed at random, a few recurring reasons) and the
 editable modules, each a mix of the solution's and the stub's top-level definitions under a
 few renamings, so that many pairs share code. Then times reading (validation included),
-statistics, similarity and writing, as `python -m grader class` runs them. Instructors only: it
-needs grader/instructor/, which a student release leaves out.
+statistics, similarity and writing, as `python -m grader class` runs them. Instructors only,
+like the rest of grader/instructor/ (a student release leaves it out).
 """
 
 from __future__ import annotations
@@ -77,11 +77,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--keep", type=Path, default=None,
                         help="generate into (and keep) this folder instead of a temporary one")
     args = parser.parse_args(argv)
-    try:
-        from grader.instructor.classview.collect import read_class
-    except ModuleNotFoundError:
-        print("error: grader/instructor/ is absent (a student release)", file=sys.stderr)
-        return 2
+    from grader.instructor.classview.collect import read_class
+
     with tempfile.TemporaryDirectory(prefix="class-bench-") as temp:
         base = args.keep or Path(temp)
         folder, out = base / "class", base / "report"

@@ -1,6 +1,6 @@
-"""The static screen (`grader/screen.py`) as a graded test of its own, and its gate.
+"""The static screen (`grader/screen/scan.py`) as a graded test of its own, and its gate.
 
-Loaded by `grader/plugin.py` (`pytest_plugins`). After collection and deselection, one item
+Loaded by `grader/session/plugin.py` (`pytest_plugins`). After collection and deselection, one item
 named `screen`, worth 0 points, is put in front of each assignment's tests. It passes when the
 screen finds nothing in the implementation under test; otherwise it fails with the first finding
 ("screen: ring.py:12 calls eval(); the grader runs no dynamic code — rule no-dynamic-code"), and
@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from grader.manifest import DEFAULT_PATH, Course, ManifestError, load_manifest
-from grader.screen import Verdict, screen
+from grader.screen.scan import Verdict, screen
 
 SCREEN_TEST = "screen"  # the item's name: `<first test file of the assignment>::screen`
 
@@ -59,7 +59,7 @@ _verdicts: dict[str, Verdict] = {}  # assignment -> verdict, when gated and reje
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.getgroup("mlsys").addoption(
         "--screen", choices=("on", "off"), default="on",
-        help="the static screen of the code under test (grader/screen.py): on = a failing "
+        help="the static screen of the code under test (grader/screen/scan.py): on = a failing "
              "screen stops its assignment's other tests; off = reported only (default: on)")
 
 
@@ -73,7 +73,7 @@ def _course(config: pytest.Config) -> Course | None:
 
 @pytest.hookimpl(trylast=True)  # after -k/-m deselection: the screen is always graded
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    from grader.plugin import STATE, classify
+    from grader.session.plugin import STATE, classify
 
     state = config.stash[STATE]
     course = _course(config)

@@ -1,14 +1,14 @@
 """pytest plugin of mlsys-labs: points, --impl, the `launch` fixture, and raw results.
 
 Shaped like pytest's own plugins: options and markers registered here, small pure helpers, state
-in `config.stash` (`grader/plugin_state.py`), one wrapper hook for reports. Works under
+in `config.stash` (`grader/session/state.py`), one wrapper hook for reports. Works under
 pytest-xdist: workers attach points and reasons to each report's `user_properties`; the
 controller collects and writes them.
 
 This module registers the options and markers, resolves `--impl` and parametrizes over it, and
-classifies and checks what was collected. It loads the rest: `grader/plugin_results.py` (from
-reports to the results file), `grader/plugin_launch.py` (the `impl` and
-`launch` fixtures) and `grader/screen_plugin.py` (the static screen as a test).
+classifies and checks what was collected. It loads the rest: `grader/session/outcomes.py` (from
+reports to the results file), `grader/session/launch.py` (the `impl` and
+`launch` fixtures) and `grader/session/screen_gate.py` (the static screen as a test).
 
 One session can grade several implementations (`--impl A --impl B ...`): the pytest process
 never imports code under test (it only names it to the ranks), so every graded test is
@@ -31,16 +31,16 @@ from pathlib import Path
 
 import pytest
 
-from grader import plugin_events, session_setup
-from grader.plugin_state import NOT_RUN, STATE, SessionState
-from grader.results import NOT_GRADED_HERE
+from grader.report.results import NOT_GRADED_HERE
+from grader.session import events, prepare
+from grader.session.state import NOT_RUN, STATE, SessionState
 from harness.impl import IMPL_HELP, REPO_ROOT, ImplSpec
 
 # The plugins this one loads: the static screen of the code under test, a 0-point test per
-# assignment (grader/screen.py); per-test outcomes into the results file; the fixtures; the
+# assignment (grader/screen/scan.py); per-test outcomes into the results file; the fixtures; the
 # selfcheck's coverage-guided grading of variants, where grader/instructor/ is (not in a release).
-pytest_plugins = ["grader.screen_plugin", "grader.plugin_results", "grader.plugin_launch"]
-if (Path(__file__).resolve().parent / "instructor" / "plugin_coverage.py").is_file():
+pytest_plugins = ["grader.session.screen_gate", "grader.session.outcomes", "grader.session.launch"]
+if (Path(__file__).resolve().parents[1] / "instructor" / "plugin_coverage.py").is_file():
     pytest_plugins.append("grader.instructor.plugin_coverage")
 
 
@@ -62,7 +62,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="print one line per finished test with its points")
     group.addoption("--mlsys-events", default=None, metavar="fd:N|PATH",
                     help="write the session's events as JSON lines to descriptor N or PATH "
-                         "(grader/plugin_events.py)")
+                         "(grader/session/events.py)")
     group.addoption("--sandbox", choices=("off", "on", "strict"), default="off",
                     help="run ranks sandboxed (harness/sandbox.py); strict: fail unless the "
                          "full sandbox could be set up")
@@ -82,14 +82,14 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "exercises(*names): the public functions or classes of "
                                        "the module under test that a test calls, e.g. "
                                        "@pytest.mark.exercises(\"ring_all_reduce\")")
-    session_setup.set_variation(config.getoption("seed_shift"), config.getoption("rank_threads"))
-    session_setup.configure_ranks()
+    prepare.set_variation(config.getoption("seed_shift"), config.getoption("rank_threads"))
+    prepare.configure_ranks()
     if os.environ.get("MLSYS_LEAKCHECK"):  # selfcheck: expected values sent to ranks
         from grader import leakcheck
 
         leakcheck.install()
     texts = config.getoption("impl") or [os.environ.get("MLSYS_IMPL") or "assignments"]
-    specs = [session_setup.implementation(text, Path(config.rootpath)) for text in texts]
+    specs = [prepare.implementation(text, Path(config.rootpath)) for text in texts]
     impls = {impl_label(spec, i): spec for i, spec in enumerate(specs)}
     if len({spec.text for spec in specs}) != len(specs):
         raise pytest.UsageError(f"--impl given twice for the same implementation: {texts}")
@@ -105,14 +105,14 @@ def pytest_configure(config: pytest.Config) -> None:
                                 "extra --impl, or run without --sandbox (instructors only)")
     roots = [REPO_ROOT / "grader" / "suites"]
     roots += [Path(p).resolve() for p in config.getoption("hidden_root")]
-    session_setup.provide_suites_package(roots[1:])
-    sandbox_status = session_setup.enable_sandbox(mode, specs[0], roots)
+    prepare.provide_suites_package(roots[1:])
+    sandbox_status = prepare.enable_sandbox(mode, specs[0], roots)
     config.stash[STATE] = SessionState(impls=impls, results_path=config.getoption("mlsys_results"),
                                  progress=config.getoption("mlsys_progress"), hidden_roots=roots,
                                  stop_first=stop_first, sandbox=sandbox_status)
     target = config.getoption("mlsys_events")
     if target and not hasattr(config, "workerinput"):  # the controller writes the events
-        config.stash[STATE].events = plugin_events.open_channel(target)
+        config.stash[STATE].events = events.open_channel(target)
 
 
 def impl_label(spec: ImplSpec, index: int) -> str:

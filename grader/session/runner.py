@@ -8,7 +8,7 @@ two-line `-c` bootstrap that inserts the repository root and then enters pytest'
 `console_main()`; xdist workers inherit that `sys.path` from the controller.
 
 The plugin's `--mlsys-results` file is the only channel of verdicts from the session back to
-us. Its progress comes as events (grader/plugin_events.py: JSON lines on a pipe the session
+us. Its progress comes as events (grader/session/events.py: JSON lines on a pipe the session
 inherits as `--mlsys-events fd:N`), handed to `on_event` and rendered as the progress lines
 `on_line` gets; the session's own terminal output (`-p no:terminal`: no tracebacks, so no hidden
 source) goes to `on_line` too. `run_session` is the one driver of a graded session: `grader
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grader.manifest import REPO_ROOT
-from grader.results import RunResult
+from grader.report.results import RunResult
 
 if TYPE_CHECKING:  # harness pulls in torch
     from harness.impl import ImplSpec
@@ -106,7 +106,7 @@ def pytest_command(
     """The argv of an isolated graded pytest session over `paths` (files or directories).
 
     `impl` is the resolved --impl, handed on as a value the session's plugin resolves to the
-    same spec; several of them grade each in turn in the one session (grader/plugin.py), and
+    same spec; several of them grade each in turn in the one session (grader/session/plugin.py), and
     `stop_first` then names those that stop at their first failure (`True`: all of them).
     `root` is the course checkout the session grades (pytest's rootdir); the grader
     itself is always imported from the checkout this module lives in. Tests under `suites`
@@ -114,7 +114,7 @@ def pytest_command(
     (`fd:N` or a path); `progress`: print the progress lines on the session's own output.
     """
     command = [sys.executable, "-I", "-c", _BOOTSTRAP.format(root=str(REPO_ROOT))]
-    command += ["--noconftest", "-p", "grader.plugin", "--graded"]
+    command += ["--noconftest", "-p", "grader.session.plugin", "--graded"]
     if workers > 0:  # xdist's start-up only where it runs
         command += ["-p", "xdist.plugin"]
     impls: list[ImplSpec] = list(impl) if isinstance(impl, (list, tuple)) else [impl]  # type: ignore[list-item]
@@ -157,7 +157,7 @@ def run_session(
 ) -> Session:
     """Run the session and load the plugin's results.
 
-    Its events (grader/plugin_events.py) go to `on_event` as they come, in the order written;
+    Its events (grader/session/events.py) go to `on_event` as they come, in the order written;
     `on_line` gets each finished test's progress line and the session's own output lines.
     `interrupt(now)` (`time.perf_counter()`), asked twice a second, ends the session with
     SIGINT when it says so: pytest writes the results of what finished
@@ -205,7 +205,7 @@ class _EventReader:
 
     def __init__(self, fd: int, on_event: EventHandler | None,
                  on_line: Callable[[str], None] | None) -> None:
-        from grader.plugin_events import progress_line
+        from grader.session.events import progress_line
 
         self._stream = os.fdopen(fd, "r", encoding="utf-8", errors="replace")
         self._on_event, self._on_line, self._render = on_event, on_line, progress_line

@@ -1,4 +1,4 @@
-"""The graded session's state, shared by the plugin's modules (`grader/plugin.py` and the
+"""The graded session's state, shared by the plugin's modules (`grader/session/plugin.py` and the
 plugins it loads): what each test scored, per implementation, kept in `config.stash[STATE]`."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import IO, Any
 
 import pytest
 
-from grader.results import TestResult
+from grader.report.results import TestResult
 from harness.impl import ImplSpec
 
 
@@ -31,7 +31,8 @@ class TestOutcome:
     margin: float | None = None  # worst observed error / tolerance of its comparisons
     margin_at: str = ""  # which comparison that was
     exercises: tuple[str, ...] = ()  # the public names it calls (@pytest.mark.exercises)
-    inferred: bool = False  # not run: the reference's outcome (grader/plugin_coverage.py)
+    # not run: the reference's outcome (grader/instructor/plugin_coverage.py)
+    inferred: bool = False
     order: int = 0  # its place in the collection (the suite's order)
     launches: int = 0  # harness launches it made (the `launch` fixture), setup and teardown too
     launch_s: float = 0.0
@@ -62,7 +63,7 @@ class SessionState:
     collection_errors: list[str] = field(default_factory=list)
     timing: dict[str, float] = field(default_factory=dict)
     finished: int = 0  # tests whose teardown was reported (under xdist, others still run)
-    events: IO[str] | None = None  # the event channel (grader/plugin_events.py), controller only
+    events: IO[str] | None = None  # the event channel (grader/session/events.py), controller only
 
     @property
     def impl(self) -> ImplSpec:

@@ -24,15 +24,15 @@ Rules (`RULES`), each a set of dotted names resolved through the module's own im
     kernel-wrappers      in a module that imports triton: torch's compilers, tracers and
                          dispatch internals (torch.compile, torch.jit, torch.utils, ...);
                          numpy; reading tensor data into Python (.tolist(), .numpy(),
-                         .data_ptr(), storages, .apply_(), ...); grader/screen_kernels.py
+                         .data_ptr(), storages, .apply_(), ...); grader/screen/kernels.py
     syntax               the module does not parse
 
 An assignment may allow names or whole rules in the manifest: `screen_allow = ["os.environ"]`
 in its `[[assignment]]` table (`grader/manifest.py` checks each entry is a rule id or a name the
 screen knows).
 
-The AST walk that applies them is `grader/screen.py`; this module is data and the lookups on it,
-so the manifest can check `screen_allow` without the rest of the screen.
+The AST walk that applies them is `grader/screen/scan.py`; this module is data and the lookups on
+it, so the manifest can check `screen_allow` without the rest of the screen.
 """
 
 from __future__ import annotations

@@ -20,10 +20,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from grader.results import NOT_GRADED_HERE, RunResult, TestResult, clip_reason, error_summary
+from grader.report.results import NOT_GRADED_HERE, RunResult, TestResult, clip_reason, error_summary
 
 RESULTS_JSON = "results.json"
-SCHEMA = Path(__file__).resolve().parent / "schemas" / "results.schema.json"
+SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "results.schema.json"
 MAX_INPUT_BYTES = 16 * 2**20
 
 

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from grader.manifest import REPO_ROOT, load_manifest
-from grader.reports import format_table
+from grader.report.render import format_table
 
 TARGET_S = 15.0
 WAITS = ("pytest, stub", "make test, stub", "pytest, finished", "make test, finished",

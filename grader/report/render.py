@@ -1,5 +1,5 @@
 """Reports of one graded run: summary.md, junit.xml and the terminal table (results.json is
-written through `grader/gradescope.py`).
+written through `grader/report/gradescope.py`).
 
 Every report is built from the plugin's `RunResult` only, so hidden tests show exactly what the
 plugin let through — name, points and a one-line reason — never source or tracebacks (that is
@@ -18,9 +18,9 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from grader import markdown_safe
-from grader.gradescope import write_results_json
-from grader.results import (
+from grader.report import markdown_safe
+from grader.report.gradescope import write_results_json
+from grader.report.results import (
     NOT_GRADED_HERE,
     AssignmentScore,
     RunResult,
@@ -137,7 +137,7 @@ def _fit(head: str, blocks: list[tuple[str, list[str]]], limit: int) -> str:
 
 
 def md_escape(text: str) -> str:
-    """Text safe inside a Markdown table cell or list item (`grader.markdown_safe.text`)."""
+    """Text safe inside a Markdown table cell or list item (`grader.report.markdown_safe.text`)."""
     return markdown_safe.text(text)
 
 

@@ -1,7 +1,7 @@
 """The fixtures graded tests use: `impl` (the --impl under test) and `launch` (the harness's
 launch, bound to it and timed for the session's breakdown of where its time goes).
 
-Loaded by `grader/plugin.py` (`pytest_plugins`).
+Loaded by `grader/session/plugin.py` (`pytest_plugins`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from grader.plugin_state import LAUNCH_CLOCK, STATE
+from grader.session.state import LAUNCH_CLOCK, STATE
 from harness.impl import ImplSpec
 
 

@@ -3,7 +3,7 @@
 The plugin (`--mlsys-results PATH`) writes the run with `RunResult.save()`; `RunResult.load()`
 reads it back into frozen dataclasses, validating every field so a malformed file fails loudly
 here rather than as a wrong score later. (The Gradescope results.json made from a run is
-`grader/gradescope.py`.) Every reason shown for a test is at most `REASON_CHARS` characters,
+`grader/report/gradescope.py`.) Every reason shown for a test is at most `REASON_CHARS` characters,
 cut by `clip_reason`. Scoring rules, in one place:
 
 - a test earns its points only when it passed; failed, errored and skipped tests earn 0;
@@ -165,7 +165,7 @@ class RunResult:
     # in a session grading several implementations): neither passed nor failed.
     not_run: tuple[str, ...] = ()
     # Where the session's time went (seconds): "collected", "forkserver", "launches", "session"
-    # (see grader.plugin); shared by every implementation of a multi-implementation session.
+    # (see grader.session.plugin); shared by every implementation of a multi-implementation session.
     timing: tuple[tuple[str, float], ...] = ()
 
     @property

@@ -8,7 +8,7 @@ walk shows no path or line). What it learns can come back in an exception messag
 a hidden test quotes in its own assertion message. So every reason is built here from the
 failure's first line and, before it reaches any report or progress line:
 
-- made one line without invisible characters (`grader.markdown_safe.clean`);
+- made one line without invisible characters (`grader.report.markdown_safe.clean`);
 - stripped of Python reprs that name code (`<code object ...>`, `<frame ...>`,
   `<function ... at 0x...>`, `<module ... from ...>`, anything `at 0x...`);
 - stripped of paths under a hidden root, of dotted `grader.suites.*` module names and of the
@@ -33,7 +33,7 @@ failure's first line and, before it reaches any report or progress line:
   parameter of a hidden function whose name is hint-like (`def check(got, name, what, hint)`
   called as `check(got, "greedy", "greedy generate", "feed only the new token")`); and the
   argument of `hint("...")`/`said(hint=...)`, markers a suite may define;
-- cut to `grader.results.REASON_CHARS`.
+- cut to `grader.report.results.REASON_CHARS`.
 
 What is collected comes from the hidden suite files with `ast` (never imported here), once per
 set of hidden roots. Public vocabulary — every identifier and text of the assignments' READMEs
@@ -53,8 +53,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.markdown_safe import clean
-from grader.results import REASON_CHARS, clip_reason
+from grader.report.markdown_safe import clean
+from grader.report.results import REASON_CHARS, clip_reason
 from harness.errors import NotImplementedInRank
 from harness.impl import REPO_ROOT
 
@@ -426,7 +426,7 @@ def _public() -> tuple[frozenset[str], str]:
              *REPO_ROOT.glob("assignments/*/test_*.py"),
              *REPO_ROOT.glob("harness/*.py"),
              REPO_ROOT / "grader" / "compare.py", REPO_ROOT / "grader" / "seeds.py",
-             REPO_ROOT / "grader" / "results.py"]
+             REPO_ROOT / "grader" / "report" / "results.py"]
     texts = []
     for path in files:
         try:

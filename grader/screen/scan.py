@@ -2,7 +2,7 @@
 
 The editable modules of the implementation under test are parsed with `ast` (never imported,
 never run) and every construct below is reported with the file, the line and the rule. A
-submission the screen rejects has its assignment's tests not run (`grader/screen_plugin.py`):
+submission the screen rejects has its assignment's tests not run (`grader/session/screen_gate.py`):
 the constructs screened are the tools of the attacks on the grader's instruments (reaching the
 communication log through closures or frames, loading native code, forging result files, raw
 sockets, forking away from the harness), and no correct implementation of any assignment uses
@@ -14,8 +14,8 @@ the rank) must hold on its own; `python -m grader adversarial` proves those with
 off. What the screen buys is a clear, early reason for the attacks it recognises, and a much
 smaller surface for the ones it does not.
 
-The rules, what each screens and why, are `grader/screen_rules.py` (`RULES`); which files an
-implementation is made of, `grader/screen_files.py`. This module walks each file's AST and
+The rules, what each screens and why, are `grader/screen/rules.py` (`RULES`); which files an
+implementation is made of, `grader/screen/files.py`. This module walks each file's AST and
 reports what it finds (`Finding`, `Verdict`).
 """
 
@@ -26,9 +26,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.screen_files import Source, screen_mutant, sources
-from grader.screen_kernels import kernel_wrapper_findings
-from grader.screen_rules import (
+from grader.screen.files import Source, screen_mutant, sources
+from grader.screen.kernels import kernel_wrapper_findings
+from grader.screen.rules import (
     ATTRIBUTE_FUNCTIONS,
     ATTRIBUTES,
     BUILTINS,
