@@ -1,15 +1,13 @@
 """Parent side of the triton_kernels hidden suite: cases, float64 references, checks.
 
-A `Case` is one call of a kernel wrapper: its inputs (built here from a fixed seed), a layout
-the rank applies before the call (to make inputs non-contiguous), and the expected output(s),
-computed here in float64 with plain torch and kept in float64, so the tolerance (the float32
-default of `grader.compare`, or for attention the bound `attention_bound` derives from the
-inputs) measures the kernel's rounding alone. `run(launch, cases)`
-sends every case of a module to one rank in one launch (see `_ranks.rank_cases`); `check(case,
-result)` judges one case and raises AssertionError with a message whose first line says which
-call, how far off, and the likely fix, without the hidden inputs. `case_tests` makes a module's
-launch fixture and its graded tests (the harness's `CaseTests`), one line per test ("case
-`key` is worth `points`").
+A `Case` is one call of a kernel wrapper: its inputs (built by the test modules from a fixed
+seed), a layout the rank applies before the call (to make inputs non-contiguous), and the
+expected output(s), computed here in float64 with plain torch and kept in float64, so the
+tolerance (the float32 default of `grader.compare`, or for attention the bound
+`attention_bound` derives from the inputs) measures the kernel's rounding alone. Only
+`Case.payload()` travels to the rank. `check(case, result)` judges one case and raises
+AssertionError with a message whose first line says which call, how far off, and the likely
+fix, without the hidden inputs.
 """
 
 from __future__ import annotations
@@ -18,18 +16,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-import pytest
 import torch
 
 from grader.compare import Tolerance, assert_close, attention_bound, softmax_bound
-from grader.suites.triton_kernels._ranks import rank_cases
-from harness.case_tests import CaseTests
 from harness.cases import case_value
 
-# Value tests run the kernels in Triton's interpreter on CPU tensors, on every machine, so a
-# grade never depends on the grading hardware; compiled runs are in test_gpu.py.
-INTERPRET_ENV = {"TRITON_INTERPRET": "1"}
-LAUNCH_TIMEOUT_S = 300.0  # the interpreter is slow, and graders share loaded machines
+OUT_DTYPE = torch.float32  # every wrapper returns float32 (the stubs' docstrings)
 
 
 @dataclass
@@ -51,13 +43,6 @@ class Case:
         """What the rank needs: no expected values travel to the code under test."""
         return {"function": self.function, "args": self.args, "kwargs": self.kwargs,
                 "layout": self.layout}
-
-
-def run(launch: Any, cases: list[Case]) -> dict[str, dict[str, Any]]:
-    """Run every case in one launch; returns case name -> the rank's result dict."""
-    result = launch(rank_cases, 1, args=([c.payload() for c in cases],), backend="gloo",
-                    env=INTERPRET_ENV, timeout=LAUNCH_TIMEOUT_S)
-    return {case.name: value for case, value in zip(cases, result.values[0])}
 
 
 def check_call(case: Case, result: dict[str, Any]) -> Any:
@@ -95,43 +80,7 @@ def check(case: Case, result: dict[str, Any], *, check_lse: bool = True,
                  dtype=OUT_DTYPE, tol=case.tol[0] if case.tol else None)
 
 
-def results_fixture(cases: dict[str, Case]) -> Any:
-    """The module-scoped fixture `results` of a test module (assign it to the module-level name
-    `results`): every case of `cases` in one launch (`run`), case name -> the rank's result."""
-    ordered = list(cases.values())
-
-    @pytest.fixture(scope="module", name="results")
-    def results(launch: Any) -> dict[str, dict[str, Any]]:
-        return run(launch, ordered)
-
-    return results
-
-
-def case_tests(function: str, cases: dict[str, Case]) -> CaseTests[dict[str, dict[str, Any]]]:
-    """The graded tests of a module whose cases each check one wrapper call of `function`
-    (`harness.case_tests.CaseTests`):
-
-        SOFTMAX = case_tests("softmax", build_cases())
-        case_runs = SOFTMAX.fixture           # the module's launch (`run`)
-        test_width_200 = SOFTMAX.test(2, "w200")
-
-    `test(points, *keys, **check_kw)` is a test worth `points` that exercises `function` and
-    passes when every case of `keys` passes `check(case, result, **check_kw)`.
-    """
-    ordered = list(cases.values())
-    return CaseTests(
-        run=lambda launch: run(launch, ordered),
-        judge=lambda results, key, **kw: check(cases[key], results[cases[key].name], **kw),
-        exercises=lambda keys: [function])
-
-
-def shape_text(*tensors: torch.Tensor) -> str:
-    return " x ".join(str(list(t.shape)) for t in tensors)
-
-
-# -- references (float64, in the parent) -------------------------------------------------------
-OUT_DTYPE = torch.float32  # every wrapper returns float32 (the stubs' docstrings)
-
+# -- references (float64) ----------------------------------------------------------------------
 
 def softmax_ref(x: torch.Tensor) -> torch.Tensor:
     return torch.softmax(x.double(), dim=-1)
@@ -173,9 +122,11 @@ def attention_tolerances(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     """
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     score_sum = float((q.double().abs() @ k.double().abs().transpose(-1, -2)).max()) * scale
-    common = {"head_dim": q.shape[-1], "keys": k.shape[-2], "score_sum": score_sum}
-    return (attention_bound(OUT_DTYPE, **common, value_max=float(v.abs().max())),
-            attention_bound(OUT_DTYPE, **common, value_max=1.0))
+    head_dim, keys = q.shape[-1], k.shape[-2]
+    return (attention_bound(OUT_DTYPE, head_dim=head_dim, keys=keys, score_sum=score_sum,
+                            value_max=float(v.abs().max())),
+            attention_bound(OUT_DTYPE, head_dim=head_dim, keys=keys, score_sum=score_sum,
+                            value_max=1.0))
 
 
 def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
@@ -209,31 +160,3 @@ def paged_ref(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     return out
 
 
-def paged_inputs(gen: torch.Generator, lengths: list[int], *, block_size: int, heads: int = 2,
-                 dim: int = 16, spare_blocks: int = 3, table_dtype: torch.dtype = torch.int32
-                 ) -> tuple[torch.Tensor, ...]:
-    """(q, k_cache, v_cache, block_tables, context_lens) for sequences of `lengths`.
-
-    Physical blocks are a random permutation (so logical order never equals physical order),
-    a few blocks belong to nobody, unused cache slots hold large values that would spoil any
-    result that reads them, and tables are padded with -1 to the longest sequence (+1 column).
-    """
-    needed = [math.ceil(n / block_size) for n in lengths]
-    num_blocks = sum(needed) + spare_blocks
-    max_blocks = max(needed) + 1
-    k_cache = torch.randn(num_blocks, block_size, heads, dim, generator=gen)
-    v_cache = torch.randn(num_blocks, block_size, heads, dim, generator=gen)
-    physical = torch.randperm(num_blocks, generator=gen)
-    tables = torch.full((len(lengths), max_blocks), -1, dtype=table_dtype)
-    used = 0
-    for b, (length, count) in enumerate(zip(lengths, needed)):
-        tables[b, :count] = physical[used:used + count].to(table_dtype)
-        used += count
-        last, filled = int(physical[used - 1]), length - (count - 1) * block_size
-        k_cache[last, filled:] = 30.0  # slots past the context: must be masked out
-        v_cache[last, filled:] = 1e3
-    for spare in physical[used:].tolist():
-        k_cache[spare], v_cache[spare] = 30.0, 1e3
-    q = torch.randn(len(lengths), heads, dim, generator=gen)
-    lens = torch.tensor(lengths, dtype=table_dtype)
-    return q, k_cache, v_cache, tables, lens
