@@ -26,15 +26,10 @@ from torch import nn
 
 __all__ = ["CheckedLinear", "CheckedScale", "ProbeLinear", "ProbedBlock", "live_storages"]
 
+# What a backward raises when the parameter it saved has lost its memory (checked inline, so
+# that the error names the backward it came from).
 FREED_IN_BACKWARD = ("a unit's parameters are freed in backward (empty storage): re-gather the "
                      "unit before its backward")
-
-
-def _check_storage(param: torch.Tensor) -> None:
-    """Raise RuntimeError when `param`'s storage no longer holds its elements (freed)."""
-    needed = (param.storage_offset() + param.numel()) * param.element_size()
-    if param.untyped_storage().nbytes() < needed:
-        raise RuntimeError(FREED_IN_BACKWARD)
 
 
 class CheckedLinear(torch.autograd.Function):
@@ -49,7 +44,9 @@ class CheckedLinear(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, ...]:
         x, weight = ctx.saved_tensors
-        _check_storage(weight)
+        needed = (weight.storage_offset() + weight.numel()) * weight.element_size()
+        if weight.untyped_storage().nbytes() < needed:
+            raise RuntimeError(FREED_IN_BACKWARD)
         rows, grad_rows = x.reshape(-1, x.shape[-1]), grad.reshape(-1, grad.shape[-1])
         return grad @ weight, grad_rows.t() @ rows, grad_rows.sum(0)
 
@@ -65,7 +62,9 @@ class CheckedScale(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, ...]:
         h, scale = ctx.saved_tensors
-        _check_storage(scale)
+        needed = (scale.storage_offset() + scale.numel()) * scale.element_size()
+        if scale.untyped_storage().nbytes() < needed:
+            raise RuntimeError(FREED_IN_BACKWARD)
         return grad * scale, (grad * h).sum().reshape(scale.shape)
 
 
