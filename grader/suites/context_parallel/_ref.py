@@ -21,7 +21,6 @@ def randn(seed: int, *shape: int, dtype: torch.dtype = F64) -> torch.Tensor:
     return torch.randn(*shape, generator=seeded_generator(seed), dtype=F64).to(dtype)
 
 
-
 def full_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
                    q_offset: int = 0, k_offset: int = 0, scale: float | None = None
                    ) -> tuple[torch.Tensor, torch.Tensor]:
