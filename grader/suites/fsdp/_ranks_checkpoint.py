@@ -1,5 +1,5 @@
-"""The in-rank launches of Part 2 (mixed precision, checkpoints): "ckpt4" on 4 ranks and
-"ckpt2" on 2 ranks, shared by test_fsdp2_precision and test_fsdp2_checkpoint.
+"""What travels to the ranks of the in-rank launches of Part 2 (mixed precision, checkpoints):
+"ckpt4" on 4 ranks and "ckpt2" on 2 ranks (their launches are in `_cases`).
 
 They run with the in-rank transport (DCP's planning uses `gather_object`), with functional
 collectives left available (`functional_collectives=True`: DTensor's `full_tensor()` needs them;
@@ -14,28 +14,16 @@ merged files into each rank's in-memory folder before `load_checkpoint`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
 
-from grader.seeds import shifted
-from grader.suites.fsdp._common import (
-    F2_SEED,
-    LAUNCH_TIMEOUT,
-    MEMO,
-    build_f2,
-    f2_data,
-    f2_reference,
-    per_rank,
-)
-from harness.cases import case_value, run_cases
+from grader.suites.fsdp._ranks import build_f2
+from harness.cases import run_cases
 
-ADAMW = {"lr": 1e-2, "weight_decay": 0.01}
+ADAMW: dict[str, Any] = {"lr": 1e-2, "weight_decay": 0.01}
 STEPS, SAVE_AFTER = 4, 2
-BATCH4 = 2  # rows per rank on 4 ranks; 4 per rank on 2 ranks: the same global batch
-REDUCE_ROWS = ([256.0, 3.0], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0])  # one row per rank
-REDUCE_MEAN = [[64.75, 1.5]]  # exact in float32; a bf16 sum of 256 + 1 + 1 + 1 is not
 
 
 class ReduceNet(nn.Module):
@@ -107,7 +95,8 @@ def rank_ckpt4(ctx, seed: int, reduce_row: list, x: torch.Tensor, y: torch.Tenso
                           reduce_dtype=torch.float32)
         out = model(x[0])
         ((out.float() - y[0]) ** 2).mean().backward()
-        grads = {n: p.grad.full_tensor() for n, p in model.named_parameters()}
+        # the gradients are DTensors, which torch's stubs do not tell apart from tensors
+        grads = {n: cast(Any, p.grad).full_tensor() for n, p in model.named_parameters()}
         return {"out": out.detach().clone(), "grads": grads,
                 "param_dtypes": sorted({str(p.dtype) for p in model.parameters()})}
 
@@ -116,7 +105,7 @@ def rank_ckpt4(ctx, seed: int, reduce_row: list, x: torch.Tensor, y: torch.Tenso
         fsdp2.shard_model(model, "FULL_SHARD", param_dtype=torch.bfloat16,
                           reduce_dtype=torch.float32)
         model(torch.tensor([reduce_row])).sum().backward()
-        return model.blocks[0].weight.grad.full_tensor().tolist()
+        return cast(Any, model.blocks[0]).weight.grad.full_tensor().tolist()
 
     def mp_param_only() -> str:
         model = ReduceNet()
@@ -175,52 +164,3 @@ def rank_ckpt2(ctx, seed: int, files: dict, x: torch.Tensor, y: torch.Tensor) ->
         return snapshot(keep["model"], keep["opt"])["params"]
 
     return run_cases(ctx, [("load", load), ("more steps", more_steps)])
-
-
-def data() -> tuple[torch.Tensor, torch.Tensor]:
-    return f2_data(4, STEPS, BATCH4, F2_SEED + 7)
-
-
-def ckpt4(launch: Any, impl: Any) -> tuple[Any, dict]:
-    """(the 4-rank launch's values per rank, references)."""
-    def make():
-        x, y = data()
-        seed = shifted(F2_SEED)
-        rank_args = [(list(REDUCE_ROWS[r]),) + per_rank(x, y, 4)[r] for r in range(4)]
-        result = launch(rank_ckpt4, 4, args=(seed,), rank_args=rank_args,
-                        timeout=MEMO.timeout(LAUNCH_TIMEOUT), functional_collectives=True)
-        refs = {"final": f2_reference(seed, x, y, "adamw", ADAMW, STEPS), "seed": seed,
-                "x": x, "y": y}
-        return result.values, refs
-    return MEMO.get(("ckpt4", impl), make)
-
-
-def case4(launch: Any, impl: Any, name: str) -> list:
-    values, _ = ckpt4(launch, impl)
-    return [case_value(v[name], name, rank=r, world_size=4) for r, v in enumerate(values)]
-
-
-def ckpt2(launch: Any, impl: Any) -> list:
-    saved = case4(launch, impl, "save")
-    files: dict[str, torch.Tensor] = {}
-    for value in saved:
-        files.update(value["files"])
-    _, refs = ckpt4(launch, impl)
-
-    def make():
-        result = launch(rank_ckpt2, 2, args=(refs["seed"], files),
-                        rank_args=per_rank(refs["x"], refs["y"], 2),
-                        timeout=MEMO.timeout(LAUNCH_TIMEOUT), functional_collectives=True)
-        return result.values
-    return MEMO.get(("ckpt2", impl), make)
-
-
-def case2(launch: Any, impl: Any, name: str) -> list:
-    return [case_value(v[name], name, rank=r, world_size=2)
-            for r, v in enumerate(ckpt2(launch, impl))]
-
-
-def joined(per_rank_values: list, name: str, key: str | None = None) -> torch.Tensor:
-    """The full tensor of parameter `name` from the local shards of every rank (dim 0)."""
-    parts = [v[name] if key is None else v[key] for v in per_rank_values]
-    return torch.cat(parts)
