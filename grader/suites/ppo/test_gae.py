@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from grader.seeds import seeded_generator
-from grader.suites.ppo._common import F64, close, probe, result, run_probes, said
+from grader.suites.ppo._cases import F64, probe, run_probes
+from grader.suites.ppo._ref import close, result, said
 
 F32 = torch.float32
 GARBAGE_VALUE = 50.0  # next_values at terminated steps: must never be used
