@@ -1,7 +1,7 @@
 """Rank side of the gpt suites: probes of model.py, each in its own error scope, under a watch
 for the forbidden calls.
 
-A *probe* is a plain dict the parent builds (see `_common.probe`): which public name of
+A *probe* is a plain dict the parent builds (see `_cases.probe`): which public name of
 model.py to call, on which inputs, in which dtype and layout, and what to differentiate. The
 rank runs every probe of a launch with `harness.cases.run_cases`, so a function the student has
 not written fails only its own probes.

@@ -11,20 +11,9 @@ import pytest
 import torch
 
 from grader.compare import Tolerance, attention_bound, unit_roundoff
-from grader.suites.gpt._common import (
-    F32,
-    F64,
-    close,
-    error_type,
-    grad_value,
-    probe,
-    randn,
-    ref_attention,
-    register,
-    result,
-    said,
-    shared_probes,
-)
+from grader.suites.gpt._cases import F32, F64, probe, randn, register, shared_probes
+from grader.suites.gpt._ref import ref_attention
+from grader.suites.gpt._ref_checks import close, error_type, grad_value, result, said
 
 Q, K, V = randn(401, 2, 3, 9, 8), randn(402, 2, 3, 9, 8), randn(403, 2, 3, 9, 8)
 GQ, GK, GV = randn(404, 1, 6, 7, 4), randn(405, 1, 2, 7, 4), randn(406, 1, 2, 7, 4)

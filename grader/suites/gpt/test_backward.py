@@ -7,19 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grader.suites.gpt._common import (
-    F32,
-    F64,
-    close,
-    randn,
-    ref_rms_norm,
-    ref_rms_norm_grads,
-    register,
-    result,
-    said,
-    shared_probes,
-    special,
-)
+from grader.suites.gpt._cases import F32, F64, randn, register, shared_probes, special
+from grader.suites.gpt._ref import ref_rms_norm, ref_rms_norm_grads
+from grader.suites.gpt._ref_checks import close, result, said
 
 EPS = 1e-5
 X, W, G = randn(501, 3, 5, 7), 1 + 0.5 * randn(502, 7), randn(503, 3, 5, 7)

@@ -3,27 +3,25 @@ or nn.RMSNorm anywhere in a float32 forward and backward — the fast path a stu
 to take. Every probe of this suite runs under the same watch (`_ranks.Watch`); here each
 function has a test of its own, so the reason names it. A call whose error the code catches
 still fails: the watch records it before raising. The verdict also rests on a check the rank
-cannot reach: model.py's source, read here with `ast` (`_common.static_forbidden`), must not
+cannot reach: model.py's source, read here with `ast` (`_ref_checks.static_forbidden`), must not
 name the forbidden functions (docstrings and comments aside)."""
 
 from __future__ import annotations
 
 import pytest
 
-from grader.suites.gpt._common import (
+from grader.suites.gpt._cases import (
     F32,
-    FORBIDDEN_HINT,
     config_dict,
     gpt_probe,
     make_state,
     probe,
     randn,
     register,
-    result,
     shared_probes,
     special,
-    static_forbidden,
 )
+from grader.suites.gpt._ref_checks import FORBIDDEN_HINT, result, static_forbidden
 
 CONFIG = config_dict()
 STATE = make_state(CONFIG, 801)

@@ -8,16 +8,9 @@ import pytest
 import torch
 
 from grader.seeds import seeded_generator, shifted
-from grader.suites.gpt._common import (
-    config_dict,
-    gpt_probe,
-    make_state,
-    ref_generate,
-    register,
-    result,
-    said,
-    shared_probes,
-)
+from grader.suites.gpt._cases import config_dict, gpt_probe, make_state, register, shared_probes
+from grader.suites.gpt._ref import ref_generate
+from grader.suites.gpt._ref_checks import result, said
 
 CONFIG = config_dict(max_seq_len=24)
 STATE = make_state(CONFIG, 701)

@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from grader.compare import Tolerance, assert_close, unit_roundoff
-from grader.suites.gpt._common import randn, ref_attention, ref_rms_norm
+from grader.suites.gpt._cases import randn
+from grader.suites.gpt._ref import ref_attention, ref_rms_norm
 from harness.cases import case_value, run_cases
 
 pytestmark = pytest.mark.gpu

@@ -10,21 +10,17 @@ import pytest
 import torch
 
 from grader.seeds import seeded_generator
-from grader.suites.gpt._common import (
+from grader.suites.gpt._cases import (
     F32,
     F64,
-    close,
     config_dict,
     gpt_probe,
-    gpt_tolerance,
     make_state,
-    ref_logits,
-    ref_loss,
     register,
-    result,
-    said,
     shared_probes,
 )
+from grader.suites.gpt._ref import gpt_tolerance, ref_logits, ref_loss
+from grader.suites.gpt._ref_checks import close, result, said
 
 CONFIG = config_dict()
 STATE = make_state(CONFIG, 601)

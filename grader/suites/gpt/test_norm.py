@@ -7,19 +7,9 @@ import pytest
 import torch
 
 from grader.compare import Tolerance, unit_roundoff
-from grader.suites.gpt._common import (
-    F32,
-    F64,
-    close,
-    grad_value,
-    probe,
-    randn,
-    ref_rms_norm,
-    register,
-    result,
-    said,
-    shared_probes,
-)
+from grader.suites.gpt._cases import F32, F64, probe, randn, register, shared_probes
+from grader.suites.gpt._ref import ref_rms_norm
+from grader.suites.gpt._ref_checks import close, grad_value, result, said
 
 EPS = 1e-5
 X = randn(101, 3, 5, 7)

@@ -8,22 +8,9 @@ import pytest
 import torch
 
 from grader.compare import bound
-from grader.suites.gpt._common import (
-    F32,
-    F64,
-    close,
-    interleaved_rotate,
-    probe,
-    randn,
-    ref_rope_tables,
-    ref_rotate,
-    ref_rotate_half,
-    register,
-    result,
-    said,
-    shared_probes,
-    special,
-)
+from grader.suites.gpt._cases import F32, F64, probe, randn, register, shared_probes, special
+from grader.suites.gpt._ref import interleaved_rotate, ref_rope_tables, ref_rotate, ref_rotate_half
+from grader.suites.gpt._ref_checks import close, result, said
 
 HALVES = said(hint=("rotate_half pairs element i with element i + d/2 (the two halves: "
                     "[1, 2, 3, 4] -> [-3, -4, 1, 2]), not neighbours (GPT-J's interleaved "

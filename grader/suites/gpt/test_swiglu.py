@@ -6,19 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grader.suites.gpt._common import (
-    F32,
-    F64,
-    close,
-    grad_value,
-    probe,
-    randn,
-    ref_swiglu,
-    register,
-    result,
-    said,
-    shared_probes,
-)
+from grader.suites.gpt._cases import F32, F64, probe, randn, register, shared_probes
+from grader.suites.gpt._ref import ref_swiglu
+from grader.suites.gpt._ref_checks import close, grad_value, result, said
 
 DIM, HIDDEN = 10, 22
 X = randn(301, 3, 4, DIM)

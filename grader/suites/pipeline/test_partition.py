@@ -12,7 +12,8 @@ import torch
 from hypothesis import strategies as st
 
 from grader.seeds import drawn_integers, hypothesis_examples, seeded_generator
-from grader.suites.pipeline._common import check_partition, rank_pure
+from grader.suites.pipeline._ranks import PureCall, rank_pure
+from grader.suites.pipeline._ref import check_partition
 from harness.cases import Memo, case_value
 
 pytestmark = pytest.mark.exercises("partition")
@@ -63,7 +64,7 @@ def _cases() -> dict[str, tuple[list[int], int]]:
 
 def _outcomes(launch, impl) -> tuple[dict, dict]:
     cases = _cases()
-    calls = [(name, "partition", [list(costs), p], {}, False)
+    calls: list[PureCall] = [(name, "partition", [list(costs), p], {}, False)
              for name, (costs, p) in cases.items()]
     calls += [(name, "partition", args, {}, True) for name, args in BAD]
     return cases, MEMO.get((impl, "partition"), lambda: launch(rank_pure, 1, args=(calls,),

@@ -2,7 +2,7 @@
 
 All calls run in one single-rank launch (`rank_pure`), each in its own error scope. The parent
 compares each list with its own copy of the documented schedule, and replays every stage's
-actions with their dependencies (`_common.replay`: a forward costs 1, a backward 2, messages
+actions with their dependencies (`_ref.replay`: a forward costs 1, a backward 2, messages
 nothing) to measure each stage's idle fraction, which must be (p-1)/(m+p-1) for GPipe and 1F1B.
 The replay also proves the schedules cannot deadlock: it fails when no stage can move.
 """
@@ -13,13 +13,8 @@ from fractions import Fraction
 
 import pytest
 
-from grader.suites.pipeline._common import (
-    ReplayStuck,
-    as_actions,
-    check_schedule,
-    rank_pure,
-    replay,
-)
+from grader.suites.pipeline._ranks import PureCall, rank_pure
+from grader.suites.pipeline._ref import ReplayStuck, as_actions, check_schedule, replay
 from harness.cases import Memo, case_value
 
 pytestmark = pytest.mark.exercises("schedule")
@@ -38,8 +33,8 @@ BAD = [("kind=unknown", ["zigzag", 2, 2, 0], {}),
        ("interleaved-m%p", ["interleaved", 2, 3, 0], {"num_virtual": 2})]
 
 
-def _calls() -> list[tuple[str, str, list, dict]]:
-    calls = [(f"{k}-p={p}-m={m}-s={s}", "schedule", [k, p, m, s], {}, False)
+def _calls() -> list[PureCall]:
+    calls: list[PureCall] = [(f"{k}-p={p}-m={m}-s={s}", "schedule", [k, p, m, s], {}, False)
              for k in KINDS for p, m in GRID for s in range(p)]
     calls += [(f"interleaved-p={p}-m={m}-v={v}-s={s}", "schedule", ["interleaved", p, m, s],
                {"num_virtual": v}, False) for p, m, v in INTERLEAVED for s in range(p)]

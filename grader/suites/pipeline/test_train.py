@@ -14,17 +14,17 @@ from __future__ import annotations
 
 import pytest
 
-from grader.suites.pipeline._common import (
+from grader.suites.pipeline._cases import (
     RECV_OPS,
     SEND_OPS,
-    TRAIN_ERRORS,
     TrainCase,
-    check_parity,
-    expected_schedule,
     train_runs,
     train_values,
     where,
 )
+from grader.suites.pipeline._ranks import TRAIN_ERRORS
+from grader.suites.pipeline._ref import expected_schedule
+from grader.suites.pipeline._ref_train import check_parity
 from harness.commlog import windows
 
 pytestmark = pytest.mark.exercises("train_step")
@@ -89,9 +89,9 @@ def _expected_messages(case: TrainCase, s: int) -> list[tuple[str, int, int]]:
     return out
 
 
-def _messages(result, case: TrainCase, s: int) -> list[tuple[str, int, int]]:
+def _messages(result, case: TrainCase, s: int) -> list[tuple[str, int | None, int]]:
     records = windows(result.comm[s], "case ").get(f"case {case.name}", [])
-    out = []
+    out: list[tuple[str, int | None, int]] = []
     for r in records:
         if r.op == "mark":
             break  # the "end" mark: what follows belongs to the harness

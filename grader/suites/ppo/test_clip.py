@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from grader.seeds import seeded_generator
-from grader.suites.ppo._common import F64, close, grad_of, probe, result, run_probes, said
+from grader.suites.ppo._cases import F64, probe, run_probes
+from grader.suites.ppo._ref import close, grad_of, result, said
 
 N = 12
 EPS = 0.2

@@ -3,11 +3,15 @@ step, and the default gamma and lam."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import pytest
 import torch
 
 from grader.seeds import seeded_generator
-from grader.suites.ppo._common import F64, close, probe, result, run_probes, said
+from grader.suites.ppo._cases import F64, probe, run_probes
+from grader.suites.ppo._ref import close, result, said
 
 F32 = torch.float32
 GARBAGE_VALUE = 50.0  # next_values at terminated steps: must never be used
@@ -25,8 +29,8 @@ def rollout(seed: int, steps: int, envs: int) -> dict[str, torch.Tensor]:
     }
 
 
-def with_ends(data: dict[str, torch.Tensor], terminated: list[tuple[int, int]] = (),
-              truncated: list[tuple[int, int]] = ()) -> dict[str, torch.Tensor]:
+def with_ends(data: dict[str, torch.Tensor], terminated: Sequence[tuple[int, int]] = (),
+              truncated: Sequence[tuple[int, int]] = ()) -> dict[str, torch.Tensor]:
     """Mark (step, env) pairs as terminated (garbage next value) or truncated."""
     data = {k: v.clone() for k, v in data.items()}
     for t, e in terminated:
@@ -135,7 +139,7 @@ def where_wrong(data: dict[str, torch.Tensor], got: object, expected: torch.Tens
 
 def gae_probe(data: dict[str, torch.Tensor], gamma: float, lam: float) -> dict:
     """The call; gamma and lam left out where they are the signature's defaults."""
-    given = {} if (gamma, lam) == DEFAULTS else {"gamma": gamma, "lam": lam}
+    given: dict[str, Any] = {} if (gamma, lam) == DEFAULTS else {"gamma": gamma, "lam": lam}
     return probe("compute_gae", data["rewards"], data["values"], data["terminated"],
                  data["truncated"], data["next_values"], **given)
 

@@ -6,17 +6,8 @@ import pytest
 import torch
 
 from grader.seeds import seeded_generator
-from grader.suites.ppo._common import (
-    F64,
-    close,
-    finite,
-    grad_of,
-    probe,
-    result,
-    run_probes,
-    said,
-    valid,
-)
+from grader.suites.ppo._cases import F64, probe, run_probes
+from grader.suites.ppo._ref import close, finite, grad_of, result, said, valid
 
 GARBAGE = 1e4  # what padded positions hold: large, so a leak is obvious
 

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from grader.seeds import seeded_generator
-from grader.suites.ppo._common import F64, close, error_of, probe, result, run_probes, said
+from grader.suites.ppo._cases import F64, probe, run_probes
+from grader.suites.ppo._ref import close, error_of, result, said
 
 KL_COEF = 0.05
 

@@ -9,17 +9,8 @@ import pytest
 import torch
 
 from grader.seeds import seeded_generator
-from grader.suites.ppo._common import (
-    F64,
-    close,
-    error_of,
-    finite,
-    grad_of,
-    probe,
-    result,
-    run_probes,
-    said,
-)
+from grader.suites.ppo._cases import F64, probe, run_probes
+from grader.suites.ppo._ref import close, error_of, finite, grad_of, result, said
 
 VALUE_EPS = 0.2
 INF = float("inf")

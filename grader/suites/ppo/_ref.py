@@ -1,25 +1,10 @@
-"""Shared pieces of the ppo hidden suite.
+"""How the ppo hidden suite judges a probe's answer, in the parent.
 
-Every unit test module builds a dict of *probes* in the parent — calls of one function of the
-module under test with inputs made here — and runs all of them in one rank (`run_probes`, a
-module-scoped fixture's single launch). The rank catches each probe's exception separately, so a
-student who has written compute_gae but not ppo_clip_loss still earns the GAE points: each probe
-is one case of `harness.cases.run_cases`, and `result` turns a failed probe back into the
-harness's own errors (`case_value`: "not implemented yet: <function>" for a stub).
-
-A probe is a plain dict:
-    fn       name of the function in ppo.py
-    args     positional arguments (tensors, numbers, strings, None)
-    kwargs   keyword arguments
-    grad     indices of `args` to differentiate with respect to (they get requires_grad)
-    weights  optional tensor w: backward through (w * out).sum() instead of out.sum(), where out
-             is the result (or its first element when the result is a tuple)
-
-Expected values are computed here with plain torch and float64; the comparisons use the float32
-tolerance so that an implementation with float32 intermediates still passes.
-
-The CartPole learning test lives in test_z_learning.py: the name sorts last, so a mutant run
-(which stops at the first failure) meets every cheap unit test before the expensive one.
+`result` turns a failed probe back into the harness's own errors (`case_value`: "not
+implemented yet: <function>" for a stub). Expected values are computed by the tests with plain
+torch and float64; `close` compares at the float32 tolerance, so that an implementation with
+float32 intermediates still passes, and leads with a known mistake's message when the answer
+matches it (`slips`).
 """
 
 from __future__ import annotations
@@ -30,46 +15,8 @@ from typing import Any
 import torch
 
 from grader.compare import assert_close
-from harness.cases import case_value, run_cases
-
-PROBE_TIMEOUT = 120.0
-F64 = torch.float64
-
-
-def probe(fn: str, *args: Any, grad: tuple[int, ...] = (), weights: torch.Tensor | None = None,
-          **kwargs: Any) -> dict[str, Any]:
-    return {"fn": fn, "args": list(args), "kwargs": kwargs, "grad": list(grad),
-            "weights": weights}
-
-
-# -- rank side ----------------------------------------------------------------------------------
-def rank_probes(ctx: Any, probes: dict[str, dict]) -> dict[str, dict]:
-    """Runs in the rank: every probe of `probes`, each in its own error scope (harness.cases)."""
-    ppo = ctx.impl_module("ppo", "ppo")
-    return run_cases(ctx, [(key, lambda spec=spec: _call(ppo, spec))
-                           for key, spec in probes.items()])
-
-
-def _call(ppo: Any, spec: dict) -> dict[str, Any]:
-    args = [a.detach().clone().requires_grad_(True) if i in spec["grad"] else a
-            for i, a in enumerate(spec["args"])]
-    result = getattr(ppo, spec["fn"])(*args, **spec["kwargs"])
-    grads: dict[int, Any] = {}
-    if spec["grad"]:
-        out = result[0] if isinstance(result, tuple) else result
-        if not isinstance(out, torch.Tensor) or not out.requires_grad:
-            grads = {i: "no graph" for i in spec["grad"]}
-        else:
-            weights = spec["weights"]
-            total = (out * weights).sum() if weights is not None else out.sum()
-            total.backward()
-            grads = {i: args[i].grad for i in spec["grad"]}
-    return {"result": result, "grads": grads}
-
-
-# -- parent side ---------------------------------------------------------------------------------
-def run_probes(launch: Any, probes: dict[str, dict]) -> dict[str, dict]:
-    return launch(rank_probes, world_size=1, args=(probes,), timeout=PROBE_TIMEOUT).values[0]
+from grader.suites.ppo._cases import F64
+from harness.cases import case_value
 
 
 def result(results: dict[str, dict], key: str, what: str) -> dict[str, Any]:
