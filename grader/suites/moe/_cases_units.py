@@ -1,5 +1,6 @@
-"""The single-process functions' cases (route, the two losses, capacity) and their references,
-computed in the parent with plain torch. They run in the 2-rank launch of `_common.rank_all`.
+"""The single-process functions' cases of the moe hidden suite (route, the two losses, capacity)
+with their expected values, computed in the parent with plain torch (`_ref`). They run in the
+2-rank launch of `_cases.run`.
 """
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ from typing import Any
 import torch
 
 from grader.seeds import seeded_generator
-from grader.suites.moe._ref import DTYPE, dense_keep, dense_route, randn
+from grader.suites.moe._ranks import DTYPE
+from grader.suites.moe._ref import dense_keep, dense_lb, dense_route, randn, separated
 
 ROUTE = {"k=1": (1, 400, 2.0), "k=2": (2, 410, 2.0), "k=3-large_logits": (3, 420, 50.0),
          "k=6-every_expert": (6, 425, 2.0)}
@@ -19,15 +21,9 @@ CAPACITY_ARGS = [(10, 4, 1, 1.0), (10, 4, 2, 1.25), (8, 4, 2, 1.0), (7, 8, 1, 1.
                  (5, 1, 1, 1.0)]
 
 
-def separated_logits(logits: torch.Tensor, k: int) -> bool:
-    """No near-tie at the k-th choice (the contract leaves tie-breaking open)."""
-    top = torch.topk(logits, min(k + 1, logits.shape[1]), dim=-1).values
-    return bool((top[:, :-1] - top[:, 1:] > 1e-6).all())
-
-
 def route_case(k: int, seed: int, scale: float) -> dict[str, Any]:
     logits = randn(seed, 7, 6, scale=scale)
-    assert separated_logits(logits, k), "a near-tie in the logits: pick another seed"
+    assert separated(logits, k), "a near-tie in the logits: pick another seed"
     w_grad, p_grad = randn(seed + 1, 7, k), randn(seed + 2, 7, 6)
     leaf = logits.clone().requires_grad_()
     out = dense_route(leaf, k)
@@ -39,19 +35,6 @@ def route_case(k: int, seed: int, scale: float) -> dict[str, Any]:
                 "raw_weights": torch.gather(out["probs"].detach(), 1, out["experts"])}
     return {"kind": "route", "k": k, "logits": logits, "w_grad": w_grad, "p_grad": p_grad,
             "expected": expected}
-
-
-def dense_lb(logits: torch.Tensor, experts: torch.Tensor) -> dict[str, torch.Tensor]:
-    leaf = logits.clone().requires_grad_()
-    probs = torch.softmax(leaf, -1)
-    num_experts = probs.shape[1]
-    f = torch.bincount(experts.reshape(-1), minlength=num_experts).to(DTYPE) / experts.numel()
-    loss = num_experts * (f * probs.mean(0)).sum()
-    loss.backward()
-    # The wrong one, for a diagnostic: f_i taken from the probabilities (E * sum P_i^2).
-    p = torch.softmax(logits, -1).mean(0)
-    return {"loss": loss.detach(), "grad": leaf.grad,
-            "f_from_probs": num_experts * (p * p).sum(), "no_E": loss.detach() / num_experts}
 
 
 def lb_case(logits: torch.Tensor, experts: torch.Tensor) -> dict[str, Any]:
