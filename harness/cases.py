@@ -513,7 +513,8 @@ def _ended_message(exc: LaunchError, name: str, world_size: int) -> str:
     return f"{hang_headline(exc.stacks, world_size, finished)}\n{exc}"
 
 
-def launch_cases(make: Callable[[dict[str, str]], Any], names: Sequence[str]) -> Any:
+def launch_cases(make: Callable[[dict[str, str]], Any], names: Sequence[str], *,
+                 max_left_out: int | None = None) -> Any:
     """Make a launch of `run_cases` cases (`names`, in their order) so that a case that hangs,
     or ends its launch otherwise (a rank killed or exited inside it, or a rank whose case raised
     giving up on peers that never came to the meeting after it), costs only itself (see the
@@ -524,7 +525,11 @@ def launch_cases(make: Callable[[dict[str, str]], Any], names: Sequence[str]) ->
     `make(env)` launches (`harness.launcher.launch(..., env=env)`), the rank function calling
     `run_cases` once with cases named by `names`. An error no case can be blamed for is raised,
     as is a ForbiddenCallError (a forbidden call fails the whole launch) and every other error
-    of a launch. At most `len(names) + 1` launches are made."""
+    of a launch. At most `len(names) + 1` launches are made; with `max_left_out`, at most that
+    many cases are left out, and the launch that ends early after them raises its error (every
+    case then fails with it): for a launch whose hang only its time limit ends (one rank in a
+    loop, not a deadlock the stall watch finds in seconds), each case left out costs a whole
+    limit, and a bug that loops in every case would otherwise cost one limit per case."""
     import dataclasses
 
     hung: dict[str, LaunchError] = {}
@@ -534,7 +539,7 @@ def launch_cases(make: Callable[[dict[str, str]], Any], names: Sequence[str]) ->
             result = make(env)
         except (RankTimeout, RankExit, RankFailure) as exc:
             name = None if isinstance(exc, ForbiddenCallError) else _blamed(exc, names, hung)
-            if name is None:
+            if name is None or (max_left_out is not None and len(hung) >= max_left_out):
                 raise
             hung[name] = exc
             continue
