@@ -189,7 +189,11 @@ def shut_connections() -> None:
     (or, in a sidecar, to the other sidecars), so that a peer blocked in a collective with this
     process gets an error instead of waiting. Listening sockets stay (gloo aborts the process if
     its listener fails), and so do Unix sockets (a sidecar's connection to its rank)."""
-    for fd in os.listdir("/proc/self/fd"):
+    try:
+        fds = os.listdir("/proc/self/fd")
+    except OSError:
+        return  # no /proc: nothing is shut, and the peers' wait ends at `sync_timeout`
+    for fd in fds:
         try:
             if not os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"):
                 continue
@@ -216,10 +220,13 @@ def _release_peers() -> None:
     """Make a peer's pending operation with this rank fail (see the module doc): gloo's
     connections shut here, or, under the sidecar transport, in this rank's sidecar."""
     sidecar = _sidecar()
-    if sidecar is not None:
-        sidecar.abort()
-    else:
+    if sidecar is None:
         shut_connections()
+        return
+    try:
+        sidecar.abort()
+    except (RuntimeError, OSError, EOFError):
+        pass  # the sidecar could not: the peers' wait ends at `sync_timeout`, as for NCCL
 
 
 def _rebuild_group(store: Any, key: str) -> None:
