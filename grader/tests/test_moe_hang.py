@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from grader.runner import run_session
+from grader.session.runner import run_session
 from grader.suites.moe._cases import A2A_SPECS, LAYER_SPECS, layer_name
 from harness.impl import resolve_impl
 
