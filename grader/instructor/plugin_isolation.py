@@ -106,6 +106,18 @@ def _named(pids: set[int]) -> list[str]:
             for pid in sorted(pids)]
 
 
+def _label(item: pytest.Item) -> str:
+    """The implementation a test grades: its `impl=` parameter, or in a session of one
+    implementation (no parameter) that one; "" for an item of none (the screen's report)."""
+    from grader.screen_plugin import ScreenItem
+
+    if isinstance(item, ScreenItem):
+        return ""
+    state = item.config.stash[STATE]
+    label = str(dict(item.user_properties).get("impl", ""))
+    return label or ("" if state.multi else next(iter(state.impls)))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     isolation = config.stash.get(ISOLATION, None)
     if isolation is None:
@@ -117,8 +129,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     kept, dropped = [], []
     for item in items:
         props = dict(item.user_properties)
-        label = str(props.get("impl", ""))
-        expr = compiled.get(label)
+        expr = compiled.get(_label(item))
         if expr is None or expr.evaluate(_matcher(item, str(props.get("base_nodeid", "")))):
             kept.append(item)
         else:
@@ -145,7 +156,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if isolation is None:
         return
     props = dict(item.user_properties)
-    label = str(props.get("impl", ""))
+    label = _label(item)
     if not label:
         return  # a test of no implementation (the screen's report item)
     if label != isolation.current:
