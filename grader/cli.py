@@ -160,7 +160,10 @@ def _grade(args: argparse.Namespace, course: Course) -> int:
     worksheets: Future | None = None
     pool = ThreadPoolExecutor(max_workers=1)
     if not (args.select or args.no_worksheets):
-        worksheets = pool.submit(_grade_worksheets, course, args.ids, impl, args.root, suites)
+        # Kept per notebook hash for local runs; the sandboxed (trusted) grading keeps none.
+        cache = args.root / "grading" / "worksheet-cache" if args.sandbox == "off" else None
+        worksheets = pool.submit(_grade_worksheets, course, args.ids, impl, args.root, suites,
+                                 cache)
     try:
         session = run_session(
             paths, impl, workers=workers, timeout=args.timeout, root=args.root, suites=suites,
@@ -192,13 +195,14 @@ def _grade(args: argparse.Namespace, course: Course) -> int:
 
 
 def _grade_worksheets(course: Course, ids: list[str], impl: Any, root: Path,
-                      suites: Path | None) -> tuple[Any, float]:
+                      suites: Path | None, cache: Path | None = None) -> tuple[Any, float]:
     """(worksheet rows, or the WorksheetError of a malformed source; seconds it took)."""
     from grader.worksheets.grading import WorksheetError, grade_worksheets
 
     start = time.perf_counter()
     try:
-        rows: Any = grade_worksheets(course, ids, impl, root, suites, echo=lambda line: None)
+        rows: Any = grade_worksheets(course, ids, impl, root, suites, echo=lambda line: None,
+                                     cache=cache)
     except WorksheetError as exc:
         rows = exc
     return rows, time.perf_counter() - start
