@@ -16,7 +16,6 @@ must never run did not), no process outlived the grading, and (where the case se
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import json
 import os
@@ -60,7 +59,7 @@ class Case:
     not_in_summary: tuple[str, ...] = ()
     not_in_reports: tuple[str, ...] = ()  # in none of results.json, summary.md, junit.xml
     max_parent_mb: int = 0  # peak RSS of any grading process (wait4's ru_maxrss); 0: unchecked
-    # The rule the static screen (grader/screen.py) must reject the submission with; "" means
+    # The rule the static screen (grader/screen/scan.py) must reject the submission with; "" means
     # the screen must let it through. Checked on the files, before grading.
     screen: str = ""
     # Grade with `--screen off`, to prove the defence behind the screen on its own (the screen
@@ -346,36 +345,3 @@ def table(results: list[CaseResult]) -> str:
         lines.append(f"| {r.case.name} | {r.case.attack[:70]} | {score} | {reason} | "
                      f"{r.seconds:.1f} s | {len(r.survivors)} | {verdict} |")
     return "\n".join(lines)
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    """Add `python -m grader adversarial [NAME ...] [--sandbox on|strict]`."""
-    parser = sub.add_parser("adversarial", help="grade the adversarial corpus and judge it")
-    parser.add_argument("names", nargs="*", metavar="NAME",
-                        help="cases: folder name, number NN or the part after NN_ (default: all)")
-    parser.add_argument("--sandbox", choices=("on", "strict"), default="on",
-                        help="sandbox mode the cases are graded with (default: on)")
-    parser.set_defaults(handler=lambda args, course: run_all(args.names, args.sandbox))
-
-
-def run_all(names: list[str] | None = None, sandbox: str = "on") -> int:
-    """Run the cases, a session per group (grader/instructor/adversarial_groups.py), print one
-    progress line each and the table; 0 when every case is ok."""
-    from grader.instructor.adversarial_groups import group_name, groups, run_group
-
-    chosen = cases(names)
-    if not chosen:
-        print(f"error: no adversarial case matches {names}", file=sys.stderr)
-        return 2
-    results: list[CaseResult] = []
-    sessions = groups(chosen)
-    for i, group in enumerate(sessions, start=1):
-        print(f"[{i}/{len(sessions)}] {group_name(group)}: "
-              f"{', '.join(case.name.split('_', 1)[0] for case in group)}", flush=True)
-        for r in run_group(group, sandbox=sandbox):
-            results.append(r)
-            verdict = r.skipped and f"skipped ({r.skipped})" or ("ok" if r.ok else "WRONG")
-            print(f"        {r.case.name}: {r.score}/{r.max_score} in {r.seconds:.1f} s, "
-                  f"peak {r.peak_mb} MiB: {verdict}", flush=True)
-    print(table(results))
-    return 0 if all(r.ok for r in results) else 1

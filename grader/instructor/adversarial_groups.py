@@ -14,13 +14,16 @@ outlived the whole session (none should: each forkserver's namespace ends with i
 against every case of the group, and so does the session's peak memory (the cases that bound it,
 `max_parent_mb`, form groups of their own). A case that sets `alone` in case.toml (a fork bomb,
 a daemon, a disk fill, a planted checkout: checks that need the machine to themselves) is
-graded alone as before.
+graded alone as before. `python -m grader adversarial` (`register`, `run_all`) is this module's
+command.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -30,8 +33,8 @@ from pathlib import Path
 from grader.instructor import adversarial
 from grader.instructor.adversarial import CANARY, CANARY_ENV, Case, CaseResult
 from grader.manifest import load_manifest
-from grader.reports import write_reports
-from grader.runner import run_session, suite_paths
+from grader.report.render import write_reports
+from grader.session.runner import run_session, suite_paths
 from harness import proctree
 from harness.impl import REPO_ROOT, resolve_impl
 
@@ -159,3 +162,34 @@ def _canaries() -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add `python -m grader adversarial [NAME ...] [--sandbox on|strict]`."""
+    parser = sub.add_parser("adversarial", help="grade the adversarial corpus and judge it")
+    parser.add_argument("names", nargs="*", metavar="NAME",
+                        help="cases: folder name, number NN or the part after NN_ (default: all)")
+    parser.add_argument("--sandbox", choices=("on", "strict"), default="on",
+                        help="sandbox mode the cases are graded with (default: on)")
+    parser.set_defaults(handler=lambda args, course: run_all(args.names, args.sandbox))
+
+
+def run_all(names: list[str] | None = None, sandbox: str = "on") -> int:
+    """Run the cases, a session per group (`run_group`), print one progress line each and the
+    table; 0 when every case is ok."""
+    chosen = adversarial.cases(names)
+    if not chosen:
+        print(f"error: no adversarial case matches {names}", file=sys.stderr)
+        return 2
+    results: list[CaseResult] = []
+    sessions = groups(chosen)
+    for i, group in enumerate(sessions, start=1):
+        print(f"[{i}/{len(sessions)}] {group_name(group)}: "
+              f"{', '.join(case.name.split('_', 1)[0] for case in group)}", flush=True)
+        for r in run_group(group, sandbox=sandbox):
+            results.append(r)
+            verdict = r.skipped and f"skipped ({r.skipped})" or ("ok" if r.ok else "WRONG")
+            print(f"        {r.case.name}: {r.score}/{r.max_score} in {r.seconds:.1f} s, "
+                  f"peak {r.peak_mb} MiB: {verdict}", flush=True)
+    print(adversarial.table(results))
+    return 0 if all(r.ok for r in results) else 1

@@ -1,7 +1,7 @@
 """Several submissions graded in one session, each as a pull request would be graded alone
 (the adversarial corpus: grader/instructor/adversarial.py).
 
-A session of several implementations (`--impl A --impl B ...`, grader/plugin.py) runs one
+A session of several implementations (`--impl A --impl B ...`, grader/session/plugin.py) runs one
 implementation's tests together, then the next's. `--isolated-impls PLAN` (JSON) makes each of
 them graded as if alone:
 
@@ -15,7 +15,7 @@ them graded as if alone:
   its own would name it (without the `impl=` part of the id);
 - its own screen gate (`screen` on): a test of an implementation the static screen rejects
   fails before its set-up with "screened: ...", as in a session of its own
-  (grader/screen_plugin.py gates only one-implementation sessions);
+  (grader/session/screen_gate.py gates only one-implementation sessions);
 - `report`: per implementation, the processes that outlived its launches (found below its
   forkserver before that was ended), and the session's peak resident memory in MiB (the
   pytest process and every process it reaped: its ranks' forkservers and so their ranks).
@@ -33,7 +33,7 @@ from typing import Any
 
 import pytest
 
-from grader.plugin_state import STATE
+from grader.session.state import STATE
 
 _NEEDS = ("sandbox", "screen", "select", "report")
 
@@ -61,7 +61,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
              "own (JSON plan; grader/instructor/plugin_isolation.py)")
 
 
-@pytest.hookimpl(trylast=True)  # after grader/plugin.py has made the session's state
+@pytest.hookimpl(trylast=True)  # after grader/session/plugin.py has made the session's state
 def pytest_configure(config: pytest.Config) -> None:
     path = config.getoption("isolated_impls", None)
     if not path:
@@ -87,7 +87,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def _switch(config: pytest.Config, isolation: Isolation, label: str) -> None:
     """End the sandbox of the implementation graded so far (noting what outlived its launches)
     and set up `label`'s."""
-    from grader import session_setup
+    from grader.session import prepare
     from harness import sandbox
 
     state = config.stash[STATE]
@@ -95,7 +95,7 @@ def _switch(config: pytest.Config, isolation: Isolation, label: str) -> None:
     if isolation.current:
         isolation.survivors[isolation.current] = _named(found)
     isolation.current = label
-    state.sandbox = session_setup.enable_sandbox(isolation.sandbox, state.impls[label],
+    state.sandbox = prepare.enable_sandbox(isolation.sandbox, state.impls[label],
                                                  state.hidden_roots)
 
 
@@ -109,7 +109,7 @@ def _named(pids: set[int]) -> list[str]:
 def _label(item: pytest.Item) -> str:
     """The implementation a test grades: its `impl=` parameter, or in a session of one
     implementation (no parameter) that one; "" for an item of none (the screen's report)."""
-    from grader.screen_plugin import ScreenItem
+    from grader.session.screen_gate import ScreenItem
 
     if isinstance(item, ScreenItem):
         return ""
@@ -166,7 +166,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 def _gate(item: pytest.Item, isolation: Isolation, label: str, assignment: str) -> None:
-    from grader.screen_plugin import Screened, _course, screen_impl
+    from grader.session.screen_gate import Screened, _course, screen_impl
 
     key = (label, assignment)
     if key not in isolation.verdicts:
