@@ -1,7 +1,7 @@
 """A rank whose experts received no rows skips the backward of the dispatch all-to-all (its
-gradient has no rows): the other ranks wait in that collective until the case's group times
-out. The layer cases with such a rank fail; nothing else may (README §9, "Ranks that skip a
-collective")."""
+gradient has no rows): the other ranks wait in that collective until the harness's stall watch
+ends the launch, and `launch_cases` runs the rest again without that case. The layer cases with
+such a rank fail; nothing else may (README §9, "Ranks that skip a collective")."""
 from harness.mutation import mutate
 
 MUTATES = "moe"
