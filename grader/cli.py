@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from grader.manifest import REPO_ROOT, Course, ManifestError, load_manifest
-from grader.reports import format_table, terminal_report, write_reports
-from grader.runner import run_session, suite_paths
+from grader.report.render import format_table, terminal_report, write_reports
+from grader.session.runner import run_session, suite_paths
 
 # Packages whose modules may add subcommands; a package missing from this checkout adds none.
 COMMAND_PACKAGES = ("grader.pr", "grader.worksheets", "grader.instructor")
@@ -86,7 +86,7 @@ def _parser() -> argparse.ArgumentParser:
                        "much of it as this machine allows, reported in the results; strict = "
                        "refuse to grade without the full sandbox (default: off)")
     grade.add_argument("--screen", choices=("on", "off"), default="on",
-                       help="the static screen (grader/screen.py): off = reported but not "
+                       help="the static screen (grader/screen/scan.py): off = reported but not "
                        "gating; instructors only, to test what lies behind it (default: on)")
     grade.add_argument("--select", default=None, metavar="EXPR",
                        help="grade only the tests whose names match this pytest -k expression")
@@ -160,7 +160,10 @@ def _grade(args: argparse.Namespace, course: Course) -> int:
     worksheets: Future | None = None
     pool = ThreadPoolExecutor(max_workers=1)
     if not (args.select or args.no_worksheets):
-        worksheets = pool.submit(_grade_worksheets, course, args.ids, impl, args.root, suites)
+        # Kept per notebook hash for local runs; the sandboxed (trusted) grading keeps none.
+        cache = args.root / "grading" / "worksheet-cache" if args.sandbox == "off" else None
+        worksheets = pool.submit(_grade_worksheets, course, args.ids, impl, args.root, suites,
+                                 cache)
     try:
         session = run_session(
             paths, impl, workers=workers, timeout=args.timeout, root=args.root, suites=suites,
@@ -192,13 +195,14 @@ def _grade(args: argparse.Namespace, course: Course) -> int:
 
 
 def _grade_worksheets(course: Course, ids: list[str], impl: Any, root: Path,
-                      suites: Path | None) -> tuple[Any, float]:
+                      suites: Path | None, cache: Path | None = None) -> tuple[Any, float]:
     """(worksheet rows, or the WorksheetError of a malformed source; seconds it took)."""
     from grader.worksheets.grading import WorksheetError, grade_worksheets
 
     start = time.perf_counter()
     try:
-        rows: Any = grade_worksheets(course, ids, impl, root, suites, echo=lambda line: None)
+        rows: Any = grade_worksheets(course, ids, impl, root, suites, echo=lambda line: None,
+                                     cache=cache)
     except WorksheetError as exc:
         rows = exc
     return rows, time.perf_counter() - start
@@ -216,7 +220,7 @@ def with_extra_tests(run: Any, extra: Any) -> Any:
 
 def time_breakdown(total_s: float, session_s: float, timing: dict[str, float],
                    worksheet_s: float) -> str:
-    """One line: where a grade's time went. `timing` is the plugin's (grader/plugin.py); the
+    """One line: where a grade's time went. `timing` is the plugin's (grader/session/plugin.py); the
     worksheets run beside the pytest session; under xdist the forkserver and launch seconds
     are summed over the workers, which run side by side."""
     startup = max(session_s - timing.get("session", session_s), 0.0) + timing.get("collected", 0.0)

@@ -44,7 +44,7 @@ class Assignment:
     provided: tuple[str, ...] = ()
     extra_editable: tuple[str, ...] = ()
     worksheet_points: int = 0  # the nbgrader worksheet (grader/worksheets/), graded apart
-    # Names or rules of the static screen this assignment allows (grader/screen.py).
+    # Names or rules of the static screen this assignment allows (grader/screen/scan.py).
     screen_allow: tuple[str, ...] = ()
 
     @property
@@ -188,12 +188,12 @@ def _check_modules(values: dict[str, Any], where: str) -> None:
         for module in values[field]:
             if not _MODULE.match(module):
                 raise ManifestError(f"{where}.{field}: {module!r} is not a Python module name")
-    from grader.screen_rules import known_names  # stdlib only
+    from grader.screen.rules import known_names  # stdlib only
 
     unknown_names = sorted(set(values["screen_allow"]) - known_names())
     if unknown_names:
         raise ManifestError(f"{where}.screen_allow: {unknown_names} are neither a rule of the "
-                            "static screen nor a name it screens (grader/screen.py)")
+                            "static screen nor a name it screens (grader/screen/scan.py)")
     clash = set(values["modules"]) & set(values["provided"])
     if clash:
         raise ManifestError(f"{where}.provided: {sorted(clash)} also listed in modules")

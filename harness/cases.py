@@ -20,23 +20,27 @@ the earliest failure first; ranks that returned None for the case (not in its gr
 Keeping the ranks in step. A case that raised on one rank may leave the others inside a
 collective it never joins. After each case, so, the ranks meet on the rendezvous store (not
 through `torch.distributed`, so the meeting is neither logged nor subject to `Forbid`). A rank
-whose case raised waits `abort_after` seconds for the others; if they do not come, it takes
-the ranks out of the collective (gloo): it shuts its connections to the other ranks, so a peer
+whose case raised waits `abort_after` seconds for the others; if they do not come, it takes the
+ranks out of the collective (gloo): it shuts its connections to the other ranks, so a peer
 blocked on it gets an error, fails the same case, shuts its own connections in turn, and comes
-to the meeting. Every rank then builds a fresh default process group, and the launch goes on
-with the next case: the case fails (on the earliest failure, the rank that raised first), the
-cases before and after it keep their own outcomes. The rebuild destroys every group: if the
-ranks had subgroups before their cases began (every rank's count is summed on the store, so
-all decide alike), the cases after the failure cannot use them and are reported as not run
-(`CaseNotRun`, naming the case that failed, its rank and its message) without running; a
-subgroup built inside a case is that case's own. If the others still do not come within
+to the meeting. Under the sidecar transport (harness/sidecar.py) the rank holds no connection:
+it asks its sidecar to shut the sidecar's own (`sidecar.abort`), which fails the peers' pending
+operations the same way; their records in the wire log are marked aborted and left out of the
+launch's `wire` (traffic that never happened), and before the rebuild every sidecar forgets its
+groups (`sidecar.reset`). Every rank then builds a fresh default process group, and the launch
+goes on with the next case: the case fails (on the earliest failure, the rank that raised
+first), the cases before and after it keep their own outcomes. The rebuild destroys every
+group: if the ranks had subgroups before their cases began (every rank's count is summed on the
+store, so all decide alike), the cases after the failure cannot use them and are reported as
+not run (`CaseNotRun`, naming the case that failed, its rank and its message) without running;
+a subgroup built inside a case is that case's own. If the others still do not come within
 `sync_timeout` (a loop outside any collective, or NCCL, whose peers cannot be woken this way),
 the rank re-raises its exception, which ends the launch with that cause. (`launch_cases` then
-makes the launch again without that case.) The usual failure, a
-stub, raises before any communication on every rank alike, so it costs only its case and no
-rebuild. Every rank must run the same cases in the same order; a case may opt out of the
-meeting (`RankCase(meet=False)`), e.g. consecutive cases on disjoint subgroups that should run
-at the same time.
+makes the launch again without that case.) The usual failure, a stub, raises before any
+communication on every rank alike, so it costs only its case and no rebuild. Every rank must
+run the same cases in the same order; a case may opt out of the meeting
+(`RankCase(meet=False)`), e.g. consecutive cases on disjoint subgroups that should run at the
+same time.
 
 A hang (or a crash) costs its case only. `run_cases` appends to a case log in the rank's folder
 (the path is in `CASE_LOG_ENV`, set by the launcher) a line "start\t<name>" before each case
@@ -66,6 +70,7 @@ import json
 import numbers
 import os
 import socket
+import sys
 import time
 import traceback
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
@@ -84,7 +89,7 @@ from harness.errors import (
 )
 
 __all__ = ["CASE_LOG_ENV", "SKIP_ENV", "Memo", "RankCase", "capture", "case_value",
-           "case_values", "launch_cases", "plain", "run_cases", "where"]
+           "case_values", "launch_cases", "plain", "run_cases", "shut_connections", "where"]
 
 SYNC_TIMEOUT_S = 20.0
 ABORT_AFTER_S = 2.0
@@ -179,11 +184,16 @@ def _store() -> Any:
     return distributed_c10d._get_default_store()
 
 
-def _shut_connections() -> None:
-    """Shut every connected TCP socket of this process: gloo's connections to the other ranks,
-    so that a peer blocked in a collective with this rank gets an error instead of waiting.
-    Listening sockets stay (gloo aborts the process if its listener fails)."""
-    for fd in os.listdir("/proc/self/fd"):
+def shut_connections() -> None:
+    """Shut every connected TCP socket of this process: gloo's connections to the other ranks
+    (or, in a sidecar, to the other sidecars), so that a peer blocked in a collective with this
+    process gets an error instead of waiting. Listening sockets stay (gloo aborts the process if
+    its listener fails), and so do Unix sockets (a sidecar's connection to its rank)."""
+    try:
+        fds = os.listdir("/proc/self/fd")
+    except OSError:
+        return  # no /proc: nothing is shut, and the peers' wait ends at `sync_timeout`
+    for fd in fds:
         try:
             if not os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"):
                 continue
@@ -200,16 +210,45 @@ def _shut_connections() -> None:
             sock.close()
 
 
+def _sidecar() -> Any:
+    """harness.sidecar where this rank's traffic goes through its sidecar, else None."""
+    module = sys.modules.get("harness.sidecar")
+    return module if module is not None and module.connected() else None
+
+
+def _release_peers() -> None:
+    """Make a peer's pending operation with this rank fail (see the module doc): gloo's
+    connections shut here, or, under the sidecar transport, in this rank's sidecar."""
+    sidecar = _sidecar()
+    if sidecar is None:
+        shut_connections()
+        return
+    try:
+        sidecar.abort()
+    except (RuntimeError, OSError, EOFError):
+        pass  # the sidecar could not: the peers' wait ends at `sync_timeout`, as for NCCL
+
+
 def _rebuild_group(store: Any, key: str) -> None:
     """A fresh default process group for every rank (all call it together), the old one and
-    its subgroups destroyed; then wait until every rank has its connections up."""
+    its subgroups destroyed; then wait until every rank has its connections up. Under the
+    sidecar transport the sidecar forgets its groups first and rendezvouses the new ones under
+    `key` (every rank passes the same)."""
     import torch
     import torch.distributed as dist
     from torch.distributed import distributed_c10d
 
-    backend, rank, world_size = dist.get_backend(), dist.get_rank(), dist.get_world_size()
-    timeout = distributed_c10d._get_default_group()._get_backend(
-        torch.device("cpu")).options._timeout
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    sidecar = _sidecar()
+    if sidecar is not None:
+        backend = sidecar.BACKEND  # dist.get_backend() answers "gloo" for it
+        seconds = getattr(distributed_c10d._get_default_group(), "timeout_s", None)
+        timeout = timedelta(seconds=seconds) if seconds else timedelta(minutes=30)
+        sidecar.reset(key)
+    else:
+        backend = dist.get_backend()
+        timeout = distributed_c10d._get_default_group()._get_backend(
+            torch.device("cpu")).options._timeout
     dist.destroy_process_group()
     dist.init_process_group(backend, store=dist.PrefixStore(f"{key}/group", store), rank=rank,
                             world_size=world_size, timeout=timeout)
@@ -226,6 +265,8 @@ def _arrive(store: Any, key: str, world_size: int) -> None:
 def _can_abort() -> bool:
     import torch.distributed as dist
 
+    if _sidecar() is not None:  # its sidecar shuts the connections (outside the sandbox)
+        return True
     return dist.get_backend() == "gloo" and os.path.isdir("/proc/self/fd")
 
 
@@ -261,7 +302,7 @@ def _meet(m: _Meeting, key: str, pending: tuple[str, BaseException] | None) -> s
                 cause = (f"case {pending[0]!r} raised {type(pending[1]).__name__} on rank "
                          f"{m.rank}: {first}")
                 store.set(f"{key}/cause", cause[:MAX_MESSAGE_CHARS].encode())
-            _shut_connections()
+            _release_peers()
     _arrive(store, key, m.world_size)
     while True:
         try:
@@ -479,7 +520,8 @@ def _ended_message(exc: LaunchError, name: str, world_size: int) -> str:
     return f"{hang_headline(exc.stacks, world_size, finished)}\n{exc}"
 
 
-def launch_cases(make: Callable[[dict[str, str]], Any], names: Sequence[str]) -> Any:
+def launch_cases(make: Callable[[dict[str, str]], Any], names: Sequence[str], *,
+                 max_left_out: int | None = None) -> Any:
     """Make a launch of `run_cases` cases (`names`, in their order) so that a case that hangs,
     or ends its launch otherwise (a rank killed or exited inside it, or a rank whose case raised
     giving up on peers that never came to the meeting after it), costs only itself (see the
@@ -490,7 +532,11 @@ def launch_cases(make: Callable[[dict[str, str]], Any], names: Sequence[str]) ->
     `make(env)` launches (`harness.launcher.launch(..., env=env)`), the rank function calling
     `run_cases` once with cases named by `names`. An error no case can be blamed for is raised,
     as is a ForbiddenCallError (a forbidden call fails the whole launch) and every other error
-    of a launch. At most `len(names) + 1` launches are made."""
+    of a launch. At most `len(names) + 1` launches are made; with `max_left_out`, at most that
+    many cases are left out, and the launch that ends early after them raises its error (every
+    case then fails with it): for a launch whose hang only its time limit ends (one rank in a
+    loop, not a deadlock the stall watch finds in seconds), each case left out costs a whole
+    limit, and a bug that loops in every case would otherwise cost one limit per case."""
     import dataclasses
 
     hung: dict[str, LaunchError] = {}
@@ -500,7 +546,7 @@ def launch_cases(make: Callable[[dict[str, str]], Any], names: Sequence[str]) ->
             result = make(env)
         except (RankTimeout, RankExit, RankFailure) as exc:
             name = None if isinstance(exc, ForbiddenCallError) else _blamed(exc, names, hung)
-            if name is None:
+            if name is None or (max_left_out is not None and len(hung) >= max_left_out):
                 raise
             hung[name] = exc
             continue

@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from harness import procfs, tempdirs
+from harness import procfs, proctree, tempdirs
 
 # What every rank would otherwise import for itself. numpy.random (its seeding: about 9 C
 # extension modules) and torch's serialization helpers (the job's arguments) cost tens of ms per
@@ -75,6 +75,24 @@ def running() -> bool:
     """Whether this process's forkserver has started (its preparation is then fixed)."""
     server = multiprocessing.forkserver._forkserver
     return _context is not None or bool(getattr(server, "_forkserver_pid", None))
+
+
+def stop() -> set[int]:
+    """End this process's forkserver and every process below it (its wrapper, the sandbox's
+    namespace), so that the next launch starts a fresh one under the wrapper `use_wrapper` sets
+    by then; the preload list and by-value packages stay. Call only between launches.
+
+    Returns what was still alive below it besides its wrapper and itself (`stray_processes`:
+    processes that outlived their launches), as found before the kill; empty when none ran."""
+    global _context, _wrapper, _server_pid
+    server: Any = multiprocessing.forkserver._forkserver
+    launcher = getattr(server, "_forkserver_pid", None)
+    strays = stray_processes(set()) if launcher is not None else set()
+    if launcher is not None:
+        proctree.kill_tree(launcher)
+        server._stop()  # closes the alive pipe, reaps the launcher, unlinks the socket
+    _context, _wrapper, _server_pid = None, None, None
+    return strays
 
 
 def preload(*modules: str) -> bool:

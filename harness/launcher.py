@@ -54,6 +54,7 @@ from harness.sidecar import (
     SidecarSet,
     WireMismatchError,
     WireRecord,
+    carried,
     check_against_wire,
     forbidden_on_wire,
     new_token,
@@ -100,7 +101,9 @@ class LaunchResult:
     backend: str
     written_bytes: list[int | None]
     transport: str = "in-rank"
-    wire: list[list[WireRecord]] | None = None  # what the sidecars carried ("sidecar" only)
+    # What the sidecars carried ("sidecar" only): operations that did not complete (a case's
+    # abort released them, harness.cases) are left out here, after the checks that need them.
+    wire: list[list[WireRecord]] | None = None
 
     @property
     def world_size(self) -> int:
@@ -336,7 +339,7 @@ def _launch_once(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[
         _judge_wire(wire, comm, forbid)
     return LaunchResult(values=values, comm=comm, wall_s=time.monotonic() - started,
                         backend=chosen_backend, written_bytes=written, transport=transport,
-                        wire=wire)
+                        wire=None if wire is None else [carried(records) for records in wire])
 
 
 def _judge_wire(wire: list[list[WireRecord]], comm: list[list[CommRecord]],

@@ -201,6 +201,19 @@ def _remove(folder: str) -> None:
     tempdirs.release(folder)
 
 
+def reset() -> set[int]:
+    """Stop the forkserver (`harness.forkserver.stop`: the sandbox's namespace and everything in
+    it end) and forget the sandbox, so that `enable` can set up a fresh one, e.g. for the next
+    implementation of a session that grades several, each seeing only its own code. Returns
+    the processes that had outlived their launches (found before the kill)."""
+    global _status
+    strays = forkserver.stop()
+    if _status is not None and _status.workdir_base:
+        _remove(os.path.dirname(_status.workdir_base))
+    _status = None
+    return strays
+
+
 def enable(config: SandboxConfig) -> SandboxStatus:
     """Sandbox every rank this process starts from now on. Returns what could be applied.
 

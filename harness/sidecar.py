@@ -17,6 +17,12 @@ What the sidecar sees is the backend operation, not the public function the rank
 `isend` and a `send` are both "send"; `all_gather_object` is several operations. The rank's own
 log (harness/commlog.py) keeps the public names, for messages and for style rules; the wire
 log is what decides bytes, messages and forbidden collectives.
+
+When a case raises on one rank while its peers wait in an operation with it (harness.cases),
+the rank asks its sidecar to `abort`: the sidecar shuts its connections to the other sidecars,
+so the peers' pending operations fail and their ranks get the error; those operations are
+marked `aborted` in the wire log. Then every rank asks its sidecar to `reset` (forget its
+groups) and builds its process group again.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -82,6 +88,11 @@ class WireRecord:
     All-to-alls (and a scatter's root): `peer_bytes[i]`, the bytes the rank sent to group rank
     i (its own slot included: it never crosses the wire, and judges subtract it); all-to-alls:
     `out_bytes`, what the rank received in all, its own slot included.
+
+    `aborted`: the operation did not complete (gloo raised in it, or it was still pending when
+    its group was rebuilt after a case's abort, see `abort`): the rank asked for it, but it is
+    not traffic that happened. The launch's `wire` leaves such records out (`carried`); they
+    still count for forbidden operations and against the rank's own log.
     """
 
     kind: str
@@ -92,6 +103,7 @@ class WireRecord:
     label: str = ""  # the rank's latest mark when it happened (diagnostics only)
     peer_bytes: tuple[int, ...] = ()
     out_bytes: int = 0
+    aborted: bool = False
 
 
 # -- framing ----------------------------------------------------------------------------------
@@ -259,7 +271,7 @@ class SidecarGroup(dist.ProcessGroup):
     def __init__(self, client: _Client, group_id: str, rank: int, size: int,
                  global_ranks: Sequence[int], timeout_s: float | None = None) -> None:
         super().__init__(rank, size)  # type: ignore[call-arg]
-        self.client, self.gid = client, group_id
+        self.client, self.gid, self.timeout_s = client, group_id, timeout_s
         client.call({"op": "group", "gid": group_id, "rank": rank, "size": size,
                      "ranks": list(global_ranks), "timeout_s": timeout_s})
 
@@ -458,6 +470,31 @@ def disconnect() -> None:
             _client = None
 
 
+def connected() -> bool:
+    """Whether this process is a rank whose traffic its sidecar carries."""
+    return _client is not None
+
+
+def abort() -> None:
+    """In a rank whose case raised while its peers may wait in an operation with it (see
+    harness.cases): its sidecar shuts its connections to the other sidecars, so that a peer's
+    pending operation with this rank fails (its rank gets the error) instead of waiting. Every
+    group of the rank is unusable afterwards, until `reset`."""
+    if _client is None:
+        raise RuntimeError("sidecar transport: not connected")
+    _client.call({"op": "abort"})
+
+
+def reset(prefix: str) -> None:
+    """In a rank, before it builds its process groups again after an abort (every rank calls it
+    with the same `prefix`): its sidecar forgets every group and pending operation (those not
+    completed are marked `aborted` in the wire log) and rendezvouses the groups built from now
+    on under `prefix`, apart from those before it."""
+    if _client is None:
+        raise RuntimeError("sidecar transport: not connected")
+    _client.call({"op": "reset", "prefix": str(prefix)})
+
+
 def _answer_as_gloo() -> None:
     """`dist.get_backend()` says "gloo" for the sidecar backend: the transport carries gloo's
     own operations, and code under test may branch on the backend's name (cpu for gloo)."""
@@ -504,7 +541,9 @@ class _Sidecar:
         self.recv_ids: dict[int, bool] = {}
         self.any_ids: set[int] = set()  # receives from any source, posted and not waited for
         self.records: list[WireRecord] = []
+        self.work_records: dict[int, int] = {}  # a posted operation's index in `records`
         self.world: Any = None  # the world group's gloo context, made before the rank asks
+        self.prefix = ""  # where groups rendezvous: a new one after each `reset`
 
     def prepare_world(self) -> None:
         """Make the gloo context of the world group now, while the rank starts: every rank's
@@ -563,7 +602,7 @@ class _Sidecar:
             return [target]
         return [part.view_as(t) for part, t in zip(target.split(out_rows), outputs)]
 
-    def handle(self, header: dict[str, Any], payload: bytearray  # noqa: C901
+    def handle(self, header: dict[str, Any], payload: bytearray
                ) -> tuple[dict[str, Any], list[torch.Tensor]]:
         op = header["op"]
         if op == "group":
@@ -579,22 +618,72 @@ class _Sidecar:
                 pg, self.world = self.world, None  # the first world group: made in advance
                 pg._set_default_timeout(timeout)
             else:
-                store = dist.PrefixStore(f"group{header['gid']}/", self.store)
+                store = dist.PrefixStore(f"{self.prefix}group{header['gid']}/", self.store)
                 pg = dist.ProcessGroupGloo(store, rank, size, timeout)
             self.groups[str(header["gid"])] = (pg, ranks)
             return {}, []
         if op == "wait":
-            work, tensors = self.works.pop(int(header["id"]))
-            work.wait()
-            reply = {"source": work._source_rank()} if int(header["id"]) in self.any_ids else {}
-            self.any_ids.discard(int(header["id"]))
-            return reply, tensors if self.recv_ids.pop(int(header["id"]), False) else []
+            work_id = int(header["id"])
+            work, tensors = self.works.pop(work_id)
+            index = self.work_records.pop(work_id, None)
+            try:
+                work.wait()
+            except Exception:
+                self._mark_aborted([] if index is None else [index])
+                self.any_ids.discard(work_id)
+                self.recv_ids.pop(work_id, None)
+                raise
+            reply = {"source": work._source_rank()} if work_id in self.any_ids else {}
+            self.any_ids.discard(work_id)
+            return reply, tensors if self.recv_ids.pop(work_id, False) else []
+        if op == "abort":
+            from harness.cases import shut_connections
+
+            shut_connections()  # the rank's own socket is a Unix one: it stays
+            return {}, []
+        if op == "reset":
+            self._reset(str(header.get("prefix", ""))[:200])
+            return {}, []
         pending = sum(t.nbytes for _, held in self.works.values() for t in held)
         if len(self.works) >= MAX_PENDING or pending > MAX_PAYLOAD_BYTES:
             raise ValueError(f"{len(self.works)} operations ({pending} bytes) posted and not "
                              "waited for: wait for some first")
         pg, ranks = self._group(header)
         tensors = _tensors_from(header.get("tensors", []), payload)
+        first = len(self.records)
+        try:
+            return self._carry(header, op, pg, ranks, tensors)
+        except Exception:
+            self._mark_aborted(range(first, len(self.records)))
+            raise
+
+    def _mark_aborted(self, indices: Iterable[int]) -> None:
+        """The records at `indices` are of operations that did not complete (see WireRecord)."""
+        for i in indices:
+            self.records[i] = replace(self.records[i], aborted=True)
+
+    def _reset(self, prefix: str) -> None:
+        """Forget every group and pending operation (after an abort, see `reset`)."""
+        for work_id, (work, _) in self.works.items():
+            index = self.work_records.get(work_id)
+            try:
+                done = bool(work.is_completed())
+            except Exception:  # noqa: BLE001 - a work of a shut context
+                done = False
+            if index is not None and not done:
+                self._mark_aborted([index])
+        self.works.clear()
+        self.work_records.clear()
+        self.recv_ids.clear()
+        self.any_ids.clear()
+        self.groups.clear()
+        self.world = None
+        self.prefix = f"{prefix}/"
+
+    def _carry(self, header: dict[str, Any], op: str, pg: Any,  # noqa: C901
+               ranks: tuple[int, ...], tensors: list[torch.Tensor]
+               ) -> tuple[dict[str, Any], list[torch.Tensor]]:
+        """Log and carry one operation on group `pg` (global `ranks`)."""
         if op in ("send", "recv"):
             local = int(header["peer"])
             if op == "recv" and local == ANY_SOURCE:  # logged as the rank's log has it
@@ -610,6 +699,7 @@ class _Sidecar:
             if op == "recv":
                 self.recv_ids[int(header["id"])] = True
             self.works[int(header["id"])] = (work, tensors)
+            self.work_records[int(header["id"])] = len(self.records) - 1
             return {}, []
         outputs = [torch.empty(shape, dtype=dtype)
                    for shape, dtype in _checked(header.get("outputs", []))]
@@ -923,6 +1013,11 @@ _ELEMENT_SIZE = {name: torch.empty(0, dtype=dtype).element_size()
                  for name, dtype in DTYPES.items()}
 
 
+def carried(records: Sequence[WireRecord]) -> list[WireRecord]:
+    """The operations of `records` that completed: traffic that happened (see WireRecord)."""
+    return [record for record in records if not record.aborted]
+
+
 def forbidden_on_wire(records: Sequence[WireRecord], forbids: Any) -> WireRecord | None:
     """The first wire operation that no public name it could come from may call."""
     for record in records:
@@ -950,6 +1045,6 @@ def check_against_wire(rank: int, logged: Sequence[Any], wire: Sequence[WireReco
             f"{len(claimed)} logged, {len(carried)} carried point-to-point operations)")
 
 
-__all__ = ["BACKEND", "SidecarGroup", "SidecarSet", "WireMismatchError", "WireRecord",
-           "check_against_wire", "connect_rank", "disconnect", "forbidden_on_wire", "mark",
-           "new_token", "socket_path"]
+__all__ = ["BACKEND", "SidecarGroup", "SidecarSet", "WireMismatchError", "WireRecord", "abort",
+           "carried", "check_against_wire", "connect_rank", "connected", "disconnect",
+           "forbidden_on_wire", "mark", "new_token", "reset", "socket_path"]

@@ -5,17 +5,17 @@ own tests ("not implemented"). The parent builds the models from a seed and trai
 process with plain torch in float64; the ranks train the same models with your code on their
 halves of each batch and return what they computed. Communication is read here from the
 harness's log of your `torch.distributed` calls; the hidden suite counts what went over the wire
-(README §8).
+(README §8). The models' blocks (`_provided_checks.py`, which the hidden suite uses too) measure
+the memory alive while a unit runs forward and check in backward that it was gathered again.
 """
 
 from __future__ import annotations
-
-import gc
 
 import pytest
 import torch
 from torch import nn
 
+from assignments.fsdp._provided_checks import ProbedBlock, ProbeLinear, live_storages
 from grader.compare import assert_close, steps_bound
 from grader.seeds import seeded_generator, shifted
 from harness.cases import case_values, run_cases
@@ -31,71 +31,12 @@ SEED = 5
 ZERO3_LATER = "zero3 steps 2+"  # the case of the later steps (step 1 is case "zero3")
 
 
-class CheckedLinear(torch.autograd.Function):
-    """F.linear whose backward first checks that the weight it saved still has its memory: a
-    unit freed after forward and not gathered again would be read from an empty storage."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias):
-        ctx.save_for_backward(x, weight)
-        return torch.nn.functional.linear(x, weight, bias)
-
-    @staticmethod
-    def backward(ctx, grad):
-        x, weight = ctx.saved_tensors
-        needed = (weight.storage_offset() + weight.numel()) * weight.element_size()
-        if weight.untyped_storage().nbytes() < needed:
-            raise RuntimeError("a unit's parameters are freed in backward (empty storage): "
-                               "re-gather the unit before its backward")
-        rows, grad_rows = x.reshape(-1, x.shape[-1]), grad.reshape(-1, grad.shape[-1])
-        return grad @ weight, grad_rows.t() @ rows, grad_rows.sum(0)
-
-
-class CheckedScale(torch.autograd.Function):
-    """h * scale, with the same check in backward for the one-element `scale` parameter."""
-
-    @staticmethod
-    def forward(ctx, h, scale):
-        ctx.save_for_backward(h, scale)
-        return h * scale
-
-    @staticmethod
-    def backward(ctx, grad):
-        h, scale = ctx.saved_tensors
-        needed = (scale.storage_offset() + scale.numel()) * scale.element_size()
-        if scale.untyped_storage().nbytes() < needed:
-            raise RuntimeError("a unit's parameters are freed in backward (empty storage): "
-                               "re-gather the unit before its backward")
-        return grad * scale, (grad * h).sum().reshape(scale.shape)
-
-class Probe(nn.Linear):
-    """nn.Linear that reports the live memory when it runs (the probe is None in the parent)
-    and checks in backward that its weight was gathered again (CheckedLinear)."""
-
-    probe = None
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if Probe.probe is not None:
-            Probe.probe()
-        return CheckedLinear.apply(x, self.weight, self.bias)
-
-
-class Block(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc = Probe(D, D)
-        self.scale = nn.Parameter(torch.ones(1))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + CheckedScale.apply(torch.tanh(self.fc(x)), self.scale)
-
-
 class Chain(nn.Module):
     """Part 1's model: the blocks alone (every parameter in a unit)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.blocks = nn.ModuleList([Block() for _ in range(BLOCKS)])
+        self.blocks = nn.ModuleList([ProbedBlock(D) for _ in range(BLOCKS)])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for block in self.blocks:
@@ -109,7 +50,7 @@ class Wide(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.embed = nn.Linear(4, D)
-        self.blocks = nn.ModuleList([Block() for _ in range(BLOCKS)])
+        self.blocks = nn.ModuleList([ProbedBlock(D) for _ in range(BLOCKS)])
         self.head = nn.Linear(D, 2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -122,20 +63,6 @@ class Wide(nn.Module):
 def build(cls: type, seed: int, dtype: torch.dtype) -> nn.Module:
     torch.manual_seed(seed)
     return cls().to(dtype)
-
-
-def large_storages(threshold: int) -> dict[int, int]:
-    """Storages of at least `threshold` bytes of every tensor Python can reach."""
-    seen = {}
-    for obj in gc.get_objects():
-        if isinstance(obj, torch.Tensor):
-            try:
-                storage = obj.untyped_storage()
-            except (RuntimeError, NotImplementedError):
-                continue
-            if storage.nbytes() >= threshold:
-                seen[storage.data_ptr()] = storage.nbytes()
-    return seen
 
 
 # ---- the single-process references (parent) ---------------------------------------------
@@ -187,7 +114,7 @@ def rank_public(ctx, seed: int, layout_inputs: list, x, y, wx, wy) -> dict:
         wrapped, opt = state["zero3"]
         ctx.mark(f"step {s} forward")
         loss = ((wrapped(x[s]) - y[s]) ** 2).mean()
-        Probe.probe = None
+        ProbeLinear.probe = None
         ctx.mark(f"step {s} backward")
         loss.backward()
         ctx.mark(f"step {s} optimizer")
@@ -196,13 +123,13 @@ def rank_public(ctx, seed: int, layout_inputs: list, x, y, wx, wy) -> dict:
 
     def zero3_first_step():  # its own case: a crash in a later step keeps step 1's checks
         threshold = int(0.6 * UNIT * 8)
-        before = large_storages(threshold)
+        before = live_storages(threshold)
         model = build(Chain, seed, torch.float64)
         wrapped = zero3.Zero3(model, list(model.blocks))
         state["zero3"] = wrapped, torch.optim.SGD(wrapped.parameters(), lr=0.1, momentum=0.9)
         alive = []
-        Probe.probe = lambda: alive.append(sum(
-            n for p, n in large_storages(threshold).items() if p not in before))
+        ProbeLinear.probe = lambda: alive.append(sum(
+            n for p, n in live_storages(threshold).items() if p not in before))
         step(0)
         return {"alive": alive}
 

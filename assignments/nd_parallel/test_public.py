@@ -18,6 +18,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from assignments.nd_parallel._provided_checks import COMM_HINTS, MEMORY_HINTS
 from grader.compare import Tolerance, assert_close, steps_bound
 from grader.seeds import seeded_generator
 from harness.cases import case_values, run_cases
@@ -300,21 +301,6 @@ def test_train_2d_matches_dense_training(four):
 
 # ---- the planner (README §1's numbers) --------------------------------------------------------
 
-MEMORY_HINTS = {
-    "weights": "weights = 2·P/(t·p) bytes, divided by dp only under ZeRO-3",
-    "grads": "grads = 2·P/(t·p) bytes, divided by dp from ZeRO-2 on",
-    "optimizer": "optimizer state = 12·P/(t·p) bytes (fp32 master, m, v), divided by dp from "
-                 "ZeRO-1 on, never dropped",
-    "activations": "activations = (L/p)·min(p, m)·s·b·h·34/t; with recompute the discount keeps "
-                   "2·s·b·h/t per layer (c=2)",
-    "total": "total = weights + grads + optimizer + activations",
-}
-COMM_HINTS = {
-    "tp": "tp = m·(L/p)·4 all-reduces (6 with recompute) of 2·s·b·h bytes over t, on the "
-          "intra-node link when t <= gpus_per_node",
-    "pp": "pp = 2·m sends of 2·s·b·h bytes when p > 1, on the link of the span t·p",
-    "dp": "dp = all_reduce(2·P/(t·p), d) for ZeRO <= 1 (README §6.3), link of span t·p·d",
-}
 DECODE_UNSPLIT = 0.0524403642035  # what you get when every GPU reads all the weights
 
 @pytest.mark.points(1)

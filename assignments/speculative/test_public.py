@@ -27,8 +27,12 @@ F64 = torch.float64
 
 
 def rank_calls(ctx: Any, calls: dict[str, dict]) -> dict[str, dict]:
-    """Runs in the rank: every call, each in its own error scope (harness.cases)."""
+    """Runs in the rank: every call, each in its own error scope (harness.cases), and each
+    failing on its own after 200 thousand lines of your code in one call (a loop that never
+    ends, harness.budget; a correct call runs a few thousand) instead of holding the others
+    up until the launch's limit."""
     from assignments.speculative.automata import DFA
+    from harness.budget import counted
 
     spec = ctx.impl_module("speculative", "speculative")
     con = ctx.impl_module("speculative", "constrained")
@@ -57,7 +61,8 @@ def rank_calls(ctx: Any, calls: dict[str, dict]) -> dict[str, dict]:
                                              gen).tolist() for _ in range(30)]
         return getattr(spec, c["fn"])(*c["args"])
 
-    return run_cases(ctx, [(key, lambda c=c: run(c)) for key, c in calls.items()])
+    return run_cases(ctx, [(key, lambda c=c: counted(lambda: run(c), 200_000))
+                           for key, c in calls.items()])
 
 
 VOCAB = ["a", "b", "ab", "ba", "<eos>", "bb"]

@@ -2,8 +2,9 @@
 
 Each benchmark is a module here with `def main(argv: list[str]) -> int` and a docstring whose
 first line says what it measures. Benchmarks print ratios measured side by side in one run;
-they never assert on time. Those that serve instructors only (`selfcheck`) live in
-`grader/instructor/bench/` and are listed where that folder is (not in a student release).
+they never assert on time. Those that serve instructors only (`selfcheck`, `class_view`,
+`student`) live in `grader/instructor/bench/` and are listed where that folder is (not in a
+student release).
 """
 
 from __future__ import annotations

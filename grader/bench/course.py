@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader.manifest import REPO_ROOT
-from grader.reports import format_table
+from grader.report.render import format_table
 
 BUDGET_S = 600.0  # docs/design.md: make test for about 20 assignments, install included
 _SELFCHECK_ROW = re.compile(r"^(?P<id>[a-z0-9_]+)\s+[✓✗-].*?(?P<seconds>[0-9.]+) s$")

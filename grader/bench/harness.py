@@ -107,7 +107,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str]) -> int:
-    from grader.reports import format_table
+    from grader.report.render import format_table
 
     args = _parse(argv)
     # The same thread and network settings the harness gives its ranks.

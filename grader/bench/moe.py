@@ -206,7 +206,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str]) -> int:
-    from grader.reports import format_table
+    from grader.report.render import format_table
     from harness import launch
     from harness.errors import LaunchError
 

@@ -53,7 +53,7 @@ def time_launch(world_size: int, numel: int, transport: str, timeout: float) -> 
 
 
 def main(argv: list[str]) -> int:
-    from grader.reports import format_table
+    from grader.report.render import format_table
 
     parser = argparse.ArgumentParser(prog="python -m grader bench transport",
                                      description=__doc__.splitlines()[0])

@@ -1,12 +1,14 @@
 """The adversarial corpus: submissions that attack the grader, each with the score it must get.
 
 `grader/tests/adversarial/cases/<NN_name>/` holds `case.toml` and `submission/` (laid out like
-assignments/). Each case is graded exactly as a pull request would be — `python -m grader grade
+assignments/). A case is graded as a pull request would be — `run_case`: `python -m grader grade
 ring_allreduce --impl <submission> --sandbox on` in a fresh process — with canary tokens in the
-grader's environment. A case passes when the score is the one it deserves, the reason shown is
-the expected one, no canary, injected markup or hidden-suite text (`not_in_reports`) reaches the
-reports, no marker file appeared (code
-that must never run did not), no process outlived the grading, and (where the case sets
+grader's environment; `adversarial_groups.run_group` grades the cases of one assignment, suite
+and screen setting in one session instead, each in a sandbox of its own, and judges them the
+same way (cases that set `alone` keep a process of their own). A case passes when the score is
+the one it deserves, the reason shown is the expected one, no canary, injected markup or
+hidden-suite text (`not_in_reports`) reaches the reports, no marker file appeared (code that
+must never run did not), no process outlived the grading, and (where the case sets
 `max_parent_mb`) no process of the grading grew past that peak resident memory.
 
     python -m grader adversarial [NAME ...]      # table: case, score, reason, time, survivors
@@ -14,7 +16,6 @@ that must never run did not), no process outlived the grading, and (where the ca
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import json
 import os
@@ -58,7 +59,7 @@ class Case:
     not_in_summary: tuple[str, ...] = ()
     not_in_reports: tuple[str, ...] = ()  # in none of results.json, summary.md, junit.xml
     max_parent_mb: int = 0  # peak RSS of any grading process (wait4's ru_maxrss); 0: unchecked
-    # The rule the static screen (grader/screen.py) must reject the submission with; "" means
+    # The rule the static screen (grader/screen/scan.py) must reject the submission with; "" means
     # the screen must let it through. Checked on the files, before grading.
     screen: str = ""
     # Grade with `--screen off`, to prove the defence behind the screen on its own (the screen
@@ -68,6 +69,9 @@ class Case:
     # while the case is graded, as an instructor's other checkout or a cache would be.
     plant_checkout: bool = False
     assignment: str = ASSIGNMENT  # the assignment graded (the honest ring is for ring_allreduce)
+    # Why the case is graded in a grading process of its own rather than in its group's
+    # session (grader/instructor/adversarial_groups.py); "" when it shares one.
+    alone: str = ""
 
     @classmethod
     def load(cls, folder: Path) -> Case:
@@ -75,7 +79,7 @@ class Case:
         unknown = set(data) - {"attack", "select", "score", "suite", "reason", "marker",
                                "needs_full_sandbox", "not_in_summary", "not_in_reports",
                                "secret", "max_parent_mb", "screen", "behind_screen",
-                               "plant_checkout", "assignment"}
+                               "plant_checkout", "assignment", "alone"}
         if unknown or not {"attack", "select", "score"} <= set(data):
             raise ValueError(f"{folder}/case.toml: needs attack, select, score; unknown keys "
                              f"{sorted(unknown)}")
@@ -92,7 +96,8 @@ class Case:
                    screen=str(data.get("screen", "")),
                    behind_screen=bool(data.get("behind_screen", False)),
                    plant_checkout=bool(data.get("plant_checkout", False)),
-                   assignment=str(data.get("assignment", ASSIGNMENT)))
+                   assignment=str(data.get("assignment", ASSIGNMENT)),
+                   alone=str(data.get("alone", "")))
 
 
 @dataclass
@@ -102,7 +107,7 @@ class CaseResult:
     max_score: int | None = None
     reasons: list[str] = field(default_factory=list)
     seconds: float = 0.0
-    survivors: list[int] = field(default_factory=list)
+    survivors: list[int | str] = field(default_factory=list)  # pids, or named processes
     sandbox: str = ""
     problems: list[str] = field(default_factory=list)
     skipped: str = ""
@@ -245,7 +250,7 @@ def run_case(case: Case, *, sandbox: str = "on") -> CaseResult:
             if not survivors or time.monotonic() > deadline:
                 break
             time.sleep(0.1)
-        result.survivors = sorted(survivors)
+        result.survivors = list(sorted(survivors))
         for pid in survivors:  # reported above; they must not harm the cases after this one
             proctree.kill_tree(pid)
         _reap_adopted()
@@ -259,7 +264,7 @@ def run_case(case: Case, *, sandbox: str = "on") -> CaseResult:
 def screen_problems(case: Case, submission: Path) -> list[str]:
     """Breaches of the case's `screen` expectation, judged on the submission's files."""
     from grader.manifest import load_manifest
-    from grader.screen import screen
+    from grader.screen.scan import screen
 
     assignment = load_manifest().get(case.assignment)
     verdict = screen("dir", submission, case.assignment,
@@ -277,12 +282,18 @@ def screen_problems(case: Case, submission: Path) -> list[str]:
 
 def _judge(case: Case, result: CaseResult, proc: subprocess.CompletedProcess,
            out: Path) -> None:
-    results_path = out / "results.json"
-    if proc.returncode != 0 or not results_path.exists():
+    if proc.returncode != 0 or not (out / "results.json").exists():
         tail = (proc.stdout + proc.stderr)[-1500:]
         result.problems.append(f"grading did not finish normally (exit {proc.returncode}): "
                                f"{tail}")
         return
+    judge_reports(case, result, out)
+
+
+def judge_reports(case: Case, result: CaseResult, out: Path) -> None:
+    """Judge the reports a finished grading wrote to `out` (results.json, summary.md,
+    junit.xml) and what `result` already holds (survivors, peak memory) against `case`."""
+    results_path = out / "results.json"
     data = json.loads(results_path.read_text())
     summary = (out / "summary.md").read_text() if (out / "summary.md").exists() else ""
     result.sandbox = str(data.get("extra_data", {}).get("sandbox", {}).get("summary", ""))
@@ -334,31 +345,3 @@ def table(results: list[CaseResult]) -> str:
         lines.append(f"| {r.case.name} | {r.case.attack[:70]} | {score} | {reason} | "
                      f"{r.seconds:.1f} s | {len(r.survivors)} | {verdict} |")
     return "\n".join(lines)
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    """Add `python -m grader adversarial [NAME ...] [--sandbox on|strict]`."""
-    parser = sub.add_parser("adversarial", help="grade the adversarial corpus and judge it")
-    parser.add_argument("names", nargs="*", metavar="NAME",
-                        help="cases: folder name, number NN or the part after NN_ (default: all)")
-    parser.add_argument("--sandbox", choices=("on", "strict"), default="on",
-                        help="sandbox mode the cases are graded with (default: on)")
-    parser.set_defaults(handler=lambda args, course: run_all(args.names, args.sandbox))
-
-
-def run_all(names: list[str] | None = None, sandbox: str = "on") -> int:
-    """Run the cases, print one progress line each and the table; 0 when every case is ok."""
-    chosen = cases(names)
-    if not chosen:
-        print(f"error: no adversarial case matches {names}", file=sys.stderr)
-        return 2
-    results = []
-    for i, case in enumerate(chosen, start=1):
-        print(f"[{i}/{len(chosen)}] {case.name}: {case.attack[:80]}", flush=True)
-        results.append(run_case(case, sandbox=sandbox))
-        r = results[-1]
-        verdict = r.skipped and f"skipped ({r.skipped})" or ("ok" if r.ok else "WRONG")
-        print(f"        {r.score}/{r.max_score} in {r.seconds:.1f} s, peak {r.peak_mb} MiB: "
-              f"{verdict}", flush=True)
-    print(table(results))
-    return 0 if all(r.ok for r in results) else 1

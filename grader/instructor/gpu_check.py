@@ -171,7 +171,7 @@ print("NCCL: 2-rank all_reduce through the harness: ok")
 
 def describe_plan(steps: Sequence[Step]) -> str:
     """The plan as a Markdown table: what would run, and whether it runs alone."""
-    from grader.reports import format_table
+    from grader.report.render import format_table
 
     rows = []
     for number, step in enumerate(steps, 1):

@@ -29,8 +29,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.gradescope import ResultsJsonError, load_results_json
 from grader.manifest import Course
+from grader.report.gradescope import ResultsJsonError, load_results_json
 
 DEFAULT_DB = Path("gradebook.db")
 # (notebook, grade cell) of each part of an assignment's grade.
@@ -237,7 +237,7 @@ def _import(args: argparse.Namespace, course: Course) -> int:
     except GradebookError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    from grader.reports import format_table
+    from grader.report.render import format_table
 
     rows = [[s.assignment, f"{s.notebook}/{s.cell}", _number(s.score)] for s in scores]
     print(f"recorded {len(scores)} grade(s) for {args.student} in {args.db}")
@@ -251,7 +251,7 @@ def _export(args: argparse.Namespace, course: Course) -> int:
         return 1
     headers, rows = grade_table(args.db, course)
     if args.format == "table":
-        from grader.reports import format_table
+        from grader.report.render import format_table
 
         text = format_table(headers, rows) + "\n"
     else:

@@ -9,8 +9,8 @@ from pathlib import Path
 from grader.instructor.sessions import variation_text
 from grader.instructor.signatures import compare_files
 from grader.manifest import Assignment
-from grader.results import RunResult, error_summary
-from grader.runner import Session
+from grader.report.results import RunResult, error_summary
+from grader.session.runner import Session
 
 
 @dataclass

@@ -5,7 +5,7 @@ solution with only that one stubbed out must lose exactly the points of the test
 they exercise it (`@pytest.mark.exercises("name", ...)`) or one of its dependants — the public
 names whose solution code reaches it through its calls — and no other point. The stubbed
 variants are graded in the assignment's one selfcheck session, beside the solution, the stub and
-the mutants (grader/plugin.py grades several implementations per session).
+the mutants (grader/session/plugin.py grades several implementations per session).
 
 Feedback: every hand-written mutant states what a student with that bug must be told, as a
 module constant `FEEDBACK = "phrase"` (or a tuple of keywords, each of which must appear); the
@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.manifest import Assignment
-from grader.reasons import HIDDEN
-from grader.results import RunResult
+from grader.report.results import RunResult
+from grader.session.reasons import HIDDEN
 
 STUB_MESSAGE = "{name}: stubbed by selfcheck's partial-credit check"
 
@@ -210,7 +210,7 @@ def expected_feedback(mutant: Path) -> tuple[str, ...]:
 
 
 def mostly_hidden(said: str) -> bool:
-    """Whether a reason is mostly blanked by the scrub (grader/reasons.py): it starts with
+    """Whether a reason is mostly blanked by the scrub (grader/session/reasons.py): it starts with
     `<hidden>`, or a third or more of its words are `<hidden>` — the suite's own words were
     taken for data, and the student learns nothing."""
     text = said.strip()
@@ -224,7 +224,7 @@ def feedback_breach(name: str, wanted: tuple[str, ...], said: str) -> str:
     mostly `<hidden>` (`mostly_hidden`)."""
     if said and mostly_hidden(said):
         return (f"mutant {name}: the first failing test says {said!r}, mostly blanked by the "
-                f"scrub: declare the hint (hint=, a hint-like name; grader/reasons.py)")
+                f"scrub: declare the hint (hint=, a hint-like name; grader/session/reasons.py)")
     if not wanted:
         return (f"mutant {name} states no FEEDBACK: say what a student with this bug must be "
                 f"told (FEEDBACK = \"...\" in solutions/<id>/mutants/{name}.py)")

@@ -24,8 +24,8 @@ this process and passed it, its ranks' record is complete, it ran none of `chang
 declares none of `always`. Anything else runs as usual, so under xdist (another process may
 hold the reference's run) nothing is inferred that is not known here.
 
-Loaded by `grader/plugin.py` (`pytest_plugins`) where `grader/instructor/` is present: it serves
-selfcheck and mutation runs, so a student release leaves it out.
+Loaded by `grader/session/plugin.py` (`pytest_plugins`) where `grader/instructor/` is present: it
+serves selfcheck and mutation runs, so a student release leaves it out.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from typing import Any
 
 import pytest
 
-from grader.plugin_state import INFERRED, STATE, SessionState, TestOutcome
+from grader.session.state import INFERRED, STATE, SessionState, TestOutcome
 from harness import calltrace
 
 

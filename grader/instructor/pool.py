@@ -1,12 +1,12 @@
 """The one pool of graded sessions: selfcheck, mutate and the adversarial corpus run their
-sessions (`grader.runner.run_session`, each in a worker thread) through `run_pool`.
+sessions (`grader.session.runner.run_session`, each in a worker thread) through `run_pool`.
 
 At most `jobs` tasks run at a time. `take(free)` is asked for up to `free` new tasks whenever a
 worker is free (it may give fewer, or none until a running task finishes: selfcheck's margin
 runs wait for their solution's run); `on_done(key, value)` gets each finished task's value in
 the caller's thread, in the order they finish, and may make new tasks ready. On Ctrl-C, SIGTERM
 or an error in a task, the pool cancels what has not started, ends every running session
-(`grader.runner.stop_all_sessions`) and raises.
+(`grader.session.runner.stop_all_sessions`) and raises.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import TypeVar
 
-from grader.runner import stop_all_sessions
+from grader.session.runner import stop_all_sessions
 
 K = TypeVar("K")
 V = TypeVar("V")

@@ -27,7 +27,7 @@ from grader.manifest import Course, load_manifest
 from grader.pr.apply import FILES_JSON, PrFiles, PrFilesError, apply_pull_request
 from grader.pr.comment import Rendered, render
 from grader.pr.grade import NOTHING_TO_GRADE, install_suites, run_grade
-from grader.reports import format_table
+from grader.report.render import format_table
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from grader.instructor.release_leaks import INSTRUCTOR_PATHS, Leak, find_leaks
 from grader.manifest import Course
-from grader.reports import format_table
+from grader.report.render import format_table
 
 TEMPLATES = Path(__file__).resolve().parent / "release_files"
 # What a release holds: these folders and files of the source checkout, less the instructor's

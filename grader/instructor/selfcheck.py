@@ -82,9 +82,9 @@ from grader.instructor.sessions import (
     variation_text,
 )
 from grader.manifest import Assignment, Course
-from grader.reports import format_table
-from grader.results import RunResult
-from grader.runner import Session, suite_paths
+from grader.report.render import format_table
+from grader.report.results import RunResult
+from grader.session.runner import Session, suite_paths
 
 __all__ = ["CHECKS", "MARGIN_RUNS", "Batch", "Job", "MarginReport", "Verdict", "batches",
            "judge_mutant", "judge_points", "judge_solution", "judge_stub", "mutant_names",

@@ -2,8 +2,8 @@
 sessions, and how those sessions are run.
 
 Per assignment, one session grades the solution, the stub, the partial-credit variants and every
-mutant (grader/plugin.py parametrizes each test over the implementations; mutants stop at their
-first failure); the margin runs (the solution with seeds shifted and 2 threads per rank) wait
+mutant (grader/session/plugin.py parametrizes each test over the implementations; mutants stop at
+their first failure); the margin runs (the solution with seeds shifted and 2 threads per rank) wait
 for the solution's run and rerun only the tests that compared with a tolerance. `together=False`
 gives one session per implementation (the old way, kept for `python -m grader bench selfcheck`).
 """
@@ -21,8 +21,8 @@ from grader.instructor.partial import Variants
 from grader.instructor.pool import run_pool
 from grader.instructor.variant_changes import mutant_changes, stub_changes
 from grader.manifest import Course
-from grader.results import RunResult
-from grader.runner import Session, run_session, suite_paths
+from grader.report.results import RunResult
+from grader.session.runner import Session, run_session, suite_paths
 from harness.impl import ImplSpec, resolve_impl
 
 # The solution's extra runs for the margin check: (seed shift, torch threads per rank). With the
@@ -60,7 +60,7 @@ class Job:
     subject: str = ""
     # The solution's functions this variant changes (`module:qualname`), read statically;
     # None: it may change anything. With the solution in its session, a test that ran none of
-    # them there is not run again (grader/plugin_coverage.py).
+    # them there is not run again (grader/instructor/plugin_coverage.py).
     changes: tuple[str, ...] | None = None
     always: tuple[str, ...] = ()  # public names whose tests always run for it
 
@@ -163,7 +163,7 @@ class Batch:
 
 def batches(todo: list[Job], *, together: bool = True) -> list[Batch]:
     """Group the jobs into sessions. `together`: per assignment, the solution, the stub and
-    every mutant share one session (grader/plugin.py grades several implementations in one
+    every mutant share one session (grader/session/plugin.py grades several implementations in one
     pytest session); the margin runs keep their own, since their seeds shape collection, and
     `run_all` merges those of several assignments. Otherwise one session per job (the old way,
     kept for `bench selfcheck`)."""
@@ -282,9 +282,10 @@ def narrow_to_margins(batch: Batch, solution: RunResult | None) -> Batch | None:
 
 
 def coverage_plan(batch: Batch, path: Path) -> tuple[str, ...]:
-    """Write the session's coverage plan (grader/plugin_coverage.py) to `path` and return the
-    pytest arguments that use it: the solution is traced, and each variant that says what it
-    changes skips the tests that ran none of it. () when the batch has no solution first."""
+    """Write the session's coverage plan (grader/instructor/plugin_coverage.py) to `path` and
+    return the pytest arguments that use it: the solution is traced, and each variant that says
+    what it changes skips the tests that ran none of it. () when the batch has no solution
+    first."""
     if not batch.jobs or batch.jobs[0].kind != "solution":
         return ()
     variants = {job.impl.argument: {"changed": list(job.changes), "always": list(job.always)}

@@ -189,7 +189,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _command(args: argparse.Namespace, course: Course) -> int:
-    from grader.reports import format_table
+    from grader.report.render import format_table
 
     chosen = with_worksheets(course.select(args.ids))
     if not chosen:

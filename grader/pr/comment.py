@@ -2,13 +2,13 @@
 
     python -m grader pr-comment --out OUT [--comment OUT/comment.md] [--check OUT/check.json]
 
-The comment job trusts nothing it downloads: `results.json` is read back by `grader.gradescope`
-(under its `MAX_INPUT_BYTES`, valid against `grader/schemas/results.schema.json` of the trusted
-checkout, whole numbers for every score, totals that add up); `pr-files.json` must have the
-expected shape.
+The comment job trusts nothing it downloads: `results.json` is read back by
+`grader.report.gradescope` (under its `MAX_INPUT_BYTES`, valid against
+`grader/schemas/results.schema.json` of the trusted checkout, whole numbers for every score, totals
+that add up); `pr-files.json` must have the expected shape.
 The comment is then rendered afresh from those validated values — every string made inert by
-`grader.markdown_safe`, the whole under GitHub's 65,536-character limit — rather than posting the
-`summary.md` the grading job wrote. It starts with `MARKER`, so the poster finds and updates
+`grader.report.markdown_safe`, the whole under GitHub's 65,536-character limit — rather than posting
+the `summary.md` the grading job wrote. It starts with `MARKER`, so the poster finds and updates
 the same comment on every push. `check.json` holds the check run's conclusion, title (the
 score) and summary.
 
@@ -25,14 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grader import markdown_safe
-from grader.gradescope import RESULTS_JSON, load_results_json, read_json, run_of
-from grader.gradescope import ResultsJsonError as InvalidOutput
 from grader.manifest import Course
 from grader.pr.apply import FILES_JSON, Change, PrFiles
 from grader.pr.grade import NOTHING_TO_GRADE
-from grader.reports import COMMENT_LIMIT, md_escape, summary_markdown
-from grader.results import clip_reason
+from grader.report import markdown_safe
+from grader.report.gradescope import RESULTS_JSON, load_results_json, read_json, run_of
+from grader.report.gradescope import ResultsJsonError as InvalidOutput
+from grader.report.render import COMMENT_LIMIT, md_escape, summary_markdown
+from grader.report.results import clip_reason
 
 MARKER = "<!-- mlsys-labs:grade -->"
 MAX_IGNORED_ROWS = 30

@@ -25,7 +25,7 @@ from typing import Any
 
 from grader.manifest import Course
 from grader.pr.comment import MARKER
-from grader.reports import COMMENT_LIMIT
+from grader.report.render import COMMENT_LIMIT
 
 CHECK_NAME = "mlsys-labs grade"
 _REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_.-]+$")

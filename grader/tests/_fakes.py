@@ -12,8 +12,8 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from grader.results import RunResult
-from grader.runner import Session
+from grader.report.results import RunResult
+from grader.session.runner import Session
 
 MANIFEST = """\
 [course]

@@ -1,18 +1,25 @@
 """The adversarial corpus (grader/tests/adversarial/cases): every attack gets the score it
 deserves, with the expected reason, no leaked canary, no injected markup, and no survivor.
 
-Each case grades a submission in a fresh `python -m grader grade --sandbox on` process. Cases
-may run side by side under xdist: each judges "no process survived" by its own descendants (the
-runner adopts orphans as a subreaper), never by what else runs on the machine.
+The cases of one assignment, suite and screen setting are graded in one pytest session
+(grader/instructor/adversarial_groups.py), each submission in a sandbox of its own; a case that
+sets `alone` in case.toml gets a `python -m grader grade --sandbox on` process of its own. Each
+case is still its own test: the first test of a group grades the whole group (once per
+process, `graded`), and every test judges its own case from that. Under xdist run them with
+`--dist loadgroup` (the Makefile does) so a group is graded by one worker; groups may run side
+by side: each judges "no process survived" by its own descendants (the runner adopts orphans
+as a subreaper), never by what else runs on the machine.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from grader.instructor import adversarial
+from grader.instructor import adversarial, adversarial_groups
 
 CASES = adversarial.cases()
+GROUPS = adversarial_groups.groups(CASES)
+GROUP_OF = {case.name: group for group in GROUPS for case in group}
 
 # The 22 attacks issue 11 lists, plus the honest positive control (00); 23-25: hostile results
 # (shared references, stride-0 views, deep nesting) from issue 27; 26-28: attacks on the
@@ -24,8 +31,9 @@ CASES = adversarial.cases()
 # raw loopback sockets, own files grown by a sparse truncate); 39-40 (issue 35): a FIFO for a
 # result file, a symlinked stack file; 41: module chains and aliased builtins past the screen;
 # 42: an import of grader.tests.independent (a correct implementation) from the checkout; 43: a
-# rank that fills the disk with files each under the size limit.
-REQUIRED = {f"{n:02d}" for n in range(44)}
+# rank that fills the disk with files each under the size limit; 44: moe's hidden all-gather;
+# 45: a submission that looks for the others of its session (issue 44: grouped grading).
+REQUIRED = {f"{n:02d}" for n in range(46)}
 
 
 def test_the_corpus_covers_every_listed_attack():
@@ -36,9 +44,35 @@ def test_the_corpus_covers_every_listed_attack():
         assert (case.folder / "submission").is_dir(), f"{case.name}: no submission/"
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_attack_is_graded_correctly(case):
-    result = adversarial.run_case(case)
+def test_groups_share_what_a_session_shares():
+    """A group's cases agree on what a session fixes (assignment, hidden suites or not, the
+    screen); the planted checkout and the declared `alone` cases are graded alone."""
+    assert sorted(c.name for g in GROUPS for c in g) == sorted(c.name for c in CASES)
+    for group in GROUPS:
+        keys = {(c.assignment, c.suite, c.behind_screen, bool(c.max_parent_mb)) for c in group}
+        assert len(keys) == 1, [c.name for c in group]
+        if any(c.alone or c.plant_checkout for c in group):
+            assert len(group) == 1, [c.name for c in group]
+    assert all(c.alone for c in CASES if c.plant_checkout), "a planted checkout is seen by all"
+
+
+@pytest.fixture(scope="session")
+def graded() -> dict[str, adversarial.CaseResult]:
+    """Each case's result, filled a group at a time as the tests ask for them."""
+    return {}
+
+
+def _param(case: adversarial.Case):
+    name = adversarial_groups.group_name(GROUP_OF[case.name])
+    return pytest.param(case, id=case.name, marks=pytest.mark.xdist_group(name))
+
+
+@pytest.mark.parametrize("case", [_param(c) for c in CASES])
+def test_attack_is_graded_correctly(case, graded):
+    if case.name not in graded:
+        for result in adversarial_groups.run_group(GROUP_OF[case.name]):
+            graded[result.case.name] = result
+    result = graded[case.name]
     if result.skipped:
         pytest.skip(result.skipped)
     assert result.ok, (

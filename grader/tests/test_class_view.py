@@ -213,15 +213,15 @@ def _text_of(dom: str) -> str:
 
 
 def test_report_from_the_gradebook(tmp_path):
-    from grader.gradescope import gradescope_json
     from grader.instructor.gradebook import import_results
+    from grader.report.gradescope import gradescope_json
 
     db = tmp_path / "gradebook.db"
     test = synthetic.SuiteTest("test_chunk_bounds", "public", 4, "")
     for student, reason in (("ann", None), ("bob", "wrong")):
         run = synthetic.outcome("ring_allreduce", test, reason)
         path = tmp_path / f"{student}.json"
-        from grader.results import RunResult
+        from grader.report.results import RunResult
 
         path.write_text(json.dumps(gradescope_json(
             RunResult("x", (run,)), COURSE.ids, {"name": COURSE.name,

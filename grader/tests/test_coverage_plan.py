@@ -19,8 +19,8 @@ import pytest
 from grader.instructor.mutate.batch import BatchEngine
 from grader.instructor.mutate.runner import Verdict
 from grader.instructor.variant_changes import lines_changes, mutant_changes, stub_changes
-from grader.plugin import REPO_ROOT
-from grader.results import RunResult
+from grader.report.results import RunResult
+from grader.session.plugin import REPO_ROOT
 from harness import calltrace
 from harness.impl import resolve_impl
 
@@ -119,7 +119,7 @@ def write(tmp_path: Path) -> tuple[Path, dict[str, Path]]:
 def session(tmp_path: Path, suite: Path, impls: list[Path], plan: dict | None,
             *extra: str) -> dict[str, RunResult]:
     out = tmp_path / "results.json"
-    command = [sys.executable, "-m", "pytest", "-p", "grader.plugin", "--noconftest", "-q",
+    command = [sys.executable, "-m", "pytest", "-p", "grader.session.plugin", "--noconftest", "-q",
                "--hidden-root", str(suite.parent), "--mlsys-results", str(out),
                "-p", "no:cacheprovider", *extra, str(suite)]
     for impl in impls:
@@ -202,7 +202,7 @@ def test_a_plan_naming_an_unknown_impl_is_a_usage_error(course):
     tmp_path, suite, folders, *_ = course
     (tmp_path / "bad.json").write_text(json.dumps({"trace": "solutions", "variants": {}}))
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "grader.plugin", "--noconftest", "-q",
+        [sys.executable, "-m", "pytest", "-p", "grader.session.plugin", "--noconftest", "-q",
          "--hidden-root", str(suite.parent), "-p", "no:cacheprovider", str(suite),
          "--impl", str(folders["good"]), "--coverage-plan", str(tmp_path / "bad.json")],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)

@@ -1,4 +1,4 @@
-"""One pytest session grading several implementations (grader/plugin.py, `--impl` repeated).
+"""One pytest session grading several implementations (grader/session/plugin.py, `--impl` repeated).
 
 The promise: each implementation gets exactly the results a session of its own would give it,
 whatever the others do — crash their ranks, hang, leave a process behind, fail early and stop.
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from grader.plugin import REPO_ROOT
-from grader.results import RunResult
+from grader.report.results import RunResult
+from grader.session.plugin import REPO_ROOT
 
 SUITE = '''
 import pytest
@@ -79,7 +79,7 @@ def write_course(tmp_path: Path) -> tuple[Path, dict[str, Path]]:
 def run(tmp_path: Path, suite: Path, impls: list[Path], *extra: str, name: str = "r"
         ) -> dict[str, RunResult]:
     out = tmp_path / f"{name}.json"
-    command = [sys.executable, "-m", "pytest", "-p", "grader.plugin", "--noconftest", "-q",
+    command = [sys.executable, "-m", "pytest", "-p", "grader.session.plugin", "--noconftest", "-q",
                "--hidden-root", str(suite.parent), "--mlsys-results", str(out),
                "-p", "no:cacheprovider", *extra, str(suite)]
     for impl in impls:
@@ -155,7 +155,7 @@ def test_timing_says_where_the_session_went(course):
 
 def test_a_repeated_impl_and_an_unknown_stop_first_are_usage_errors(tmp_path):
     suite, folders = write_course(tmp_path)
-    base = [sys.executable, "-m", "pytest", "-p", "grader.plugin", "--noconftest", "-q",
+    base = [sys.executable, "-m", "pytest", "-p", "grader.session.plugin", "--noconftest", "-q",
             "--hidden-root", str(suite.parent), "-p", "no:cacheprovider", str(suite)]
     twice = subprocess.run(base + ["--impl", str(folders["good"])] * 2, cwd=REPO_ROOT,
                            capture_output=True, text=True, timeout=120)

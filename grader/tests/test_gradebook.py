@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from grader.cli import main
-from grader.gradescope import gradescope_json
 from grader.instructor import gradebook as gbm
 from grader.manifest import REPO_ROOT, load_manifest
-from grader.results import RunResult
-from grader.results import TestResult as Result  # (a Test* name would be collected)
+from grader.report.gradescope import gradescope_json
+from grader.report.results import RunResult
+from grader.report.results import TestResult as Result  # (a Test* name would be collected)
 
 COURSE = load_manifest()
 VERSION = {"name": COURSE.name, "version": COURSE.version}

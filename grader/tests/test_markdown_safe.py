@@ -1,5 +1,6 @@
-"""Markdown rendered inert (grader/markdown_safe.py): a corpus of hostile strings, each rendered
-the way the PR comment renders reasons, names and paths, then checked as raw text and as HTML.
+"""Markdown rendered inert (grader/report/markdown_safe.py): a corpus of hostile strings, each
+rendered the way the PR comment renders reasons, names and paths, then checked as raw text and as
+HTML.
 
 The corpus includes the autolink cases of the GitHub-flavoured Markdown spec, written from its
 rules: extended www, URL and e-mail autolinks, angle-bracket autolinks, raw HTML, images, links
@@ -14,10 +15,10 @@ import re
 
 import pytest
 
-from grader import markdown_safe
-from grader.markdown_safe import WORD_JOINER, clean, code, defang, text
-from grader.reports import summary_markdown
-from grader.results import RunResult
+from grader.report import markdown_safe
+from grader.report.markdown_safe import WORD_JOINER, clean, code, defang, text
+from grader.report.render import summary_markdown
+from grader.report.results import RunResult
 from grader.tests._fakes import entry, run_json
 
 BIDI = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c"

@@ -20,13 +20,13 @@ from grader.instructor.mutate.batch import (
     settle,
 )
 from grader.instructor.mutate.runner import Verdict
-from grader.results import RunResult
+from grader.report.results import RunResult
 from grader.tests._fakes import make_course, run_json
 from harness.impl import ImplSpec
 
 
 def line(index: int | None, status: str = "ok", name: str = "test_add") -> dict:
-    """A `test_end` event as grader/plugin_events.py writes it in a session of several
+    """A `test_end` event as grader/session/events.py writes it in a session of several
     implementations."""
     failed = status == "FAIL"
     return {"event": "test_end", "nodeid": f"suites/toy/test_x.py::{name}",

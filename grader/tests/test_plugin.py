@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.plugin import REPO_ROOT
+from grader.session.plugin import REPO_ROOT
 
 SUITE = '''
 import pytest, torch
@@ -54,7 +54,7 @@ def run_pytest(tmp_path: Path, body: str, *extra: str) -> tuple[subprocess.Compl
     suite.mkdir(parents=True)
     (suite / "test_demo.py").write_text(textwrap.dedent(body))
     out = tmp_path / "results.json"
-    cmd = [sys.executable, "-m", "pytest", "-p", "grader.plugin", "--noconftest", "-q",
+    cmd = [sys.executable, "-m", "pytest", "-p", "grader.session.plugin", "--noconftest", "-q",
            "--hidden-root", str(tmp_path / "hidden"), "--mlsys-results", str(out),
            "-p", "no:cacheprovider", str(suite), *extra]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
@@ -134,7 +134,7 @@ def test_aa_last(n):
 def test_results_come_in_the_suites_order_not_alphabetically(tmp_path, workers):
     """Results (and so summary.md, the terminal table, results.json) list tests as the suite
     defines them: the unit test that names the cause before the integration test after it."""
-    from grader.results import RunResult
+    from grader.report.results import RunResult
 
     proc, data = run_pytest(tmp_path, ORDERED_SUITE, *workers)
     names = ["test_zz_unit_names_the_cause", "test_bb_integration", "test_aa_last[10]",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from grader.plugin import REPO_ROOT
+from grader.session.plugin import REPO_ROOT
 
 
 def test_course_map_in_readme_matches_the_manifest():

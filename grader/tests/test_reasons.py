@@ -1,4 +1,4 @@
-"""Reasons built by the parent (grader/reasons.py) and hidden rank functions sent anonymised
+"""Reasons built by the parent (grader/session/reasons.py) and hidden rank functions sent anonymised
 (harness/forkserver.py): what a stack walk in the rank finds, and what of it reaches a reason."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from grader import reasons
-from grader.results import REASON_CHARS
+from grader.report.results import REASON_CHARS
+from grader.session import reasons
 from harness import forkserver
 from harness.errors import NotImplementedInRank, RankFailure
 
@@ -107,7 +107,7 @@ def test_reasons_are_capped_and_a_cut_name_is_dropped(hidden_root):
 
 
 def test_the_real_suites_keep_their_reasons():
-    root = Path(reasons.__file__).resolve().parent / "suites"
+    root = Path(reasons.__file__).resolve().parents[1] / "suites"
     test = root / "ring_allreduce" / "test_errors.py"
     message = ("ring_all_reduce(op='mean') on float32 gave no error; an unknown op must raise "
                "ValueError (ops are case-sensitive)")
@@ -210,7 +210,7 @@ def test_text_a_hidden_message_names_is_a_message(tmp_path):
 
 
 def test_a_declared_hint_is_never_blanked(tmp_path):
-    """The declared channel (grader/reasons.py): a hint in a local variable, one passed by
+    """The declared channel (grader/session/reasons.py): a hint in a local variable, one passed by
     position to a hint-like parameter (gpt's `check(got, name, what, hint)`), a method's, a
     `label`/`what` dict and a `hint(...)` marker survive whole; other data does not."""
     folder = tmp_path / "suites" / "toy"
@@ -252,7 +252,7 @@ def test_a_declared_hint_is_never_blanked(tmp_path):
 
 def _declared_hints(tree) -> list[str]:
     """The string constants of a suite's declared hints, found independently of
-    grader/reasons.py's walk: `hint=`-like keywords and values bound to hint-like names."""
+    grader/session/reasons.py's walk: `hint=`-like keywords and values bound to hint-like names."""
     import ast
 
     found: list[str] = []

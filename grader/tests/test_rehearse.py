@@ -27,9 +27,9 @@ from grader.pr.apply import FILES_JSON, Change, PrFiles, apply_pull_request, edi
 from grader.pr.comment import MARKER, render
 from grader.pr.grade import grade_command, run_grade, scrubbed_env
 from grader.pr.post import Api, PostError, post
-from grader.reports import COMMENT_LIMIT, write_reports
-from grader.results import RunResult
-from grader.results import TestResult as Result
+from grader.report.render import COMMENT_LIMIT, write_reports
+from grader.report.results import RunResult
+from grader.report.results import TestResult as Result
 
 FIXTURES = REPO_ROOT / "grader" / "tests" / "fixtures" / "pr"
 SELECT = "chunk_bounds"

@@ -40,7 +40,7 @@ def test_release_holds_the_student_repository_and_nothing_instructor_only(releas
     for expected in ("README.md", "Makefile", "venv.mk", "pyproject.toml", "requirements.txt",
                      "constraints.txt", "conftest.py", ".gitignore", "assignments/course.toml",
                      ".github/workflows/advisory.yml", ".github/workflows/grade.yml",
-                     "grader/cli.py", "grader/plugin.py", "grader/pr/apply.py",
+                     "grader/cli.py", "grader/session/plugin.py", "grader/pr/apply.py",
                      "grader/schemas/results.schema.json", "harness/launcher.py"):
         assert expected in files, expected
     for a in load_manifest().assignments:

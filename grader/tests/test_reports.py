@@ -9,8 +9,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from grader.gradescope import gradescope_json
-from grader.reports import (
+from grader.report.gradescope import gradescope_json
+from grader.report.render import (
     COMMENT_LIMIT,
     format_table,
     md_escape,
@@ -18,7 +18,7 @@ from grader.reports import (
     terminal_report,
     write_reports,
 )
-from grader.results import ResultsError, RunResult, error_summary
+from grader.report.results import ResultsError, RunResult, error_summary
 from grader.tests._fakes import entry, run_json, solution_tests, stub_tests
 
 SCHEMA = json.loads(

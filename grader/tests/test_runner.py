@@ -10,7 +10,13 @@ import time
 from pathlib import Path
 
 from grader.manifest import REPO_ROOT
-from grader.runner import hidden_root, isolated_env, pytest_command, run_session, suite_paths
+from grader.session.runner import (
+    hidden_root,
+    isolated_env,
+    pytest_command,
+    run_session,
+    suite_paths,
+)
 from grader.tests._fakes import make_course
 from harness.impl import resolve_impl
 
@@ -21,7 +27,7 @@ def test_command_is_isolated_and_loads_only_our_plugins(tmp_path):
     assert command[1:3] == ["-I", "-c"]
     assert "sys.path.insert(0," in command[3] and "pytest.main()" in command[3]
     joined = " ".join(command[4:])
-    for part in ("--noconftest", "-p grader.plugin", "--graded",
+    for part in ("--noconftest", "-p grader.session.plugin", "--graded",
                  "--impl solutions", f"--mlsys-results {tmp_path / 'r.json'}",
                  f"--rootdir={tmp_path}", f"--hidden-root {tmp_path / 'suites'}"):
         assert part in joined, part

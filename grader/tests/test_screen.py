@@ -1,4 +1,4 @@
-"""The static screen (grader/screen.py): fair to every correct implementation, names the file,
+"""The static screen (grader/screen/scan.py): fair to every correct implementation, names the file,
 the line and the rule of what it rejects, and gates the assignment's other tests."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pytest
 
 from grader.instructor import adversarial
 from grader.manifest import ManifestError, load_manifest, parse_manifest
-from grader.runner import run_session, suite_paths
-from grader.screen import RULES, screen, screen_source
-from grader.screen_plugin import screen_impl
+from grader.screen.scan import RULES, screen, screen_source
+from grader.session.runner import run_session, suite_paths
+from grader.session.screen_gate import screen_impl
 from grader.tests.test_manifest import with_change
 from harness.impl import REPO_ROOT, resolve_impl
 

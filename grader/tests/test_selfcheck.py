@@ -19,8 +19,8 @@ from grader.instructor.selfcheck import (
     selfcheck,
 )
 from grader.manifest import load_manifest
-from grader.results import RunResult
-from grader.runner import Session
+from grader.report.results import RunResult
+from grader.session.runner import Session
 from grader.tests._fakes import (
     SOLUTION,
     entry,

@@ -18,11 +18,11 @@ import jsonschema
 import pytest
 from filelock import FileLock
 
-from grader.gradescope import gradescope_json
 from grader.instructor import worksheets as checks
 from grader.manifest import REPO_ROOT, ManifestError, load_manifest, parse_manifest
-from grader.reports import junit_xml, summary_markdown, terminal_report
-from grader.results import ResultsError, RunResult
+from grader.report.gradescope import gradescope_json
+from grader.report.render import junit_xml, summary_markdown, terminal_report
+from grader.report.results import ResultsError, RunResult
 from grader.worksheets import grading, nbgrade
 from harness.impl import ImplSpec
 

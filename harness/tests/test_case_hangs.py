@@ -106,3 +106,11 @@ def test_a_case_that_ends_its_launch_costs_only_itself():
     assert case_values(result.values, "last") == [0, 10]
     with pytest.raises(RankExit, match=r"^exits: rank 1 of 2 exited with status 3"):
         case_values(result.values, "exits")
+
+
+def test_no_case_is_left_out_beyond_max_left_out():
+    """A launch whose hangs only its limit ends may cap how many cases are left out: past the
+    cap, the error ends the launch as before."""
+    with pytest.raises(RankExit, match=r"rank 1 of 2 exited with status 3"):
+        launch_cases(lambda env: launch(rank_one_case_exits, world_size=2, env=env, timeout=60),
+                     ["first", "exits", "last"], max_left_out=0)

@@ -92,6 +92,22 @@ def rank_stuck_with_groups_from_before(ctx):
                      abort_after=0.5)
 
 
+def rank_stuck_in_a_receive(ctx):
+    """Rank 1 raises while rank 0 waits for a message from it; the case after all-reduces on
+    the rebuilt group."""
+    def case():
+        if ctx.rank == 1:
+            raise ValueError("rank 1 gave up before sending")
+        dist.recv(torch.zeros(1000), src=1)
+
+    def collective():
+        t = torch.tensor([float(ctx.rank)])
+        dist.all_reduce(t)
+        return t
+
+    return run_cases(ctx, [("case", case), ("after", collective)], abort_after=0.5)
+
+
 def rank_stuck_in_a_loop(ctx):
     """Rank 1 raises while rank 0 loops outside any collective: the launch ends, with the cause."""
     def case():
@@ -157,10 +173,14 @@ def test_a_case_failing_on_one_rank_fails_that_case_only():
     assert sum(r.op == "all_reduce" for r in result.comm[0]) == 1
 
 
+@pytest.mark.parametrize("transport", ["in-rank", "sidecar"])
 @pytest.mark.parametrize("world_size", [2, 4])
-def test_a_rank_stuck_in_a_collective_is_freed_and_only_its_case_fails(world_size):
+def test_a_rank_stuck_in_a_collective_is_freed_and_only_its_case_fails(world_size, transport):
+    """Under the sidecar transport the rank that raised has its sidecar shut the sidecars'
+    connections; the collective the others waited in is not in the wire log."""
     started = time.monotonic()
-    result = launch(rank_stuck_in_collective, world_size=world_size, timeout=60)
+    result = launch(rank_stuck_in_collective, world_size=world_size, timeout=60,
+                    transport=transport)
     assert time.monotonic() - started < 30
     total = float(sum(range(world_size)))
     assert [t.item() for t in case_values(result.values, "before")] == [total] * world_size
@@ -170,10 +190,28 @@ def test_a_rank_stuck_in_a_collective_is_freed_and_only_its_case_fails(world_siz
         case_values(result.values, "case")
     assert [t.item() for t in case_values(result.values, "after")] == [total] * world_size
     assert [t.item() for t in case_values(result.values, "subgroup")] == [world_size] * world_size
+    if transport == "sidecar":
+        assert result.wire is not None
+        for records in result.wire:  # before, after, subgroup: the case's 4000 bytes never went
+            assert [(w.kind, w.bytes, w.aborted) for w in records] == [("allreduce", 4, False)] * 3
 
 
-def test_cases_after_a_rebuild_do_not_run_when_groups_came_from_before():
-    result = launch(rank_stuck_with_groups_from_before, world_size=3, timeout=60)
+def test_a_rank_stuck_in_a_receive_under_the_sidecar_is_freed():
+    """The receive that rank 0 waited in is in its own log and, marked aborted, in its sidecar's
+    (the launch's check of one against the other passes); `result.wire` leaves it out."""
+    result = launch(rank_stuck_in_a_receive, world_size=2, timeout=60, transport="sidecar")
+    with pytest.raises(RankFailure, match=r"^\[rank 1 of 2\] case raised ValueError"):
+        case_values(result.values, "case")
+    assert [t.item() for t in case_values(result.values, "after")] == [1.0, 1.0]
+    assert [r.op for r in result.comm[0]] == ["recv", "all_reduce"]
+    assert result.wire is not None
+    assert [w.kind for w in result.wire[0]] == [w.kind for w in result.wire[1]] == ["allreduce"]
+
+
+@pytest.mark.parametrize("transport", ["in-rank", "sidecar"])
+def test_cases_after_a_rebuild_do_not_run_when_groups_came_from_before(transport):
+    result = launch(rank_stuck_with_groups_from_before, world_size=3, timeout=60,
+                    transport=transport)
     assert [t.item() for t in case_values(result.values, "before")] == [3.0] * 3
     with pytest.raises(RankFailure, match=r"^\[rank 1 of 3\] case raised ValueError"):
         case_values(result.values, "case")

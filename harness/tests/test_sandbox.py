@@ -112,7 +112,7 @@ def test_the_checkout_is_allow_listed(tmp_path):
     """Ranks see the harness, the stubs and the grader modules rank functions import; not
     grader/tests (correct implementations of every assignment), the instructor tools, the
     hidden suites, solutions or .git (checked on the command line: bwrap is not needed)."""
-    from grader.session_setup import RANK_CHECKOUT
+    from grader.session.prepare import RANK_CHECKOUT
 
     repo = Path(sandbox.REPO_ROOT)
     config = sandbox.SandboxConfig(checkout=RANK_CHECKOUT)
@@ -134,7 +134,7 @@ def test_the_suites_import_only_listed_grader_modules():
     pattern = re.compile(r"^\s*(?:from|import) (grader(?:\.\w+)*)", re.MULTILINE)
     files = [*(repo / "grader" / "suites").rglob("*.py"),
              *(repo / "assignments").glob("*/test_public.py")]
-    from grader.session_setup import RANK_CHECKOUT
+    from grader.session.prepare import RANK_CHECKOUT
 
     listed = [part.removesuffix(".py").replace("/", ".") for part in RANK_CHECKOUT]
     for file in files:
@@ -143,4 +143,4 @@ def test_the_suites_import_only_listed_grader_modules():
                 continue
             assert any(name == m or name.startswith(m + ".") for m in listed), (
                 f"{file.relative_to(repo)} imports {name}, which ranks cannot see: add it to "
-                f"grader.session_setup.RANK_CHECKOUT")
+                f"grader.session.prepare.RANK_CHECKOUT")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from grader.instructor.authoring.checks import CHECKS, ERROR, WARN, Finding
 from grader.manifest import Assignment, Course
-from grader.reports import format_table
+from grader.report.render import format_table
 
 
 def diagnose(assignment: Assignment, course: Course, root: Path) -> dict[str, list[Finding]]:

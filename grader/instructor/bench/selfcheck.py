@@ -2,11 +2,11 @@
 
 Both ways run the same implementation runs (solution, stub, the partial-credit variants, every
 mutant stopping at its first failure, the margin runs) over the same suites, with the same
-sessions at a time; the old way starts a pytest session for each, the new way (grader/plugin.py,
-`--impl` repeated) grades an assignment's solution, stub, variants and mutants in one and the
-margin runs of all assignments in one per variation. Printed: the wall time and the CPU time
-(every process of the sessions, ranks included) of each way and the speed-up, where the time
-went (interpreter start-up and collection, forkserver start, launches, the rest: fixtures,
+sessions at a time; the old way starts a pytest session for each, the new way
+(grader/session/plugin.py, `--impl` repeated) grades an assignment's solution, stub, variants and
+mutants in one and the margin runs of all assignments in one per variation. Printed: the wall time
+and the CPU time (every process of the sessions, ranks included) of each way and the speed-up, where
+the time went (interpreter start-up and collection, forkserver start, launches, the rest: fixtures,
 references, judging), each assignment's cost both ways, and every mutant's verdict both ways
 (each must still be caught). The worksheet check is the same in both and is timed once. The CPU
 ratio holds on a machine that other work loads; the wall ratio is what an idle one gives.
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grader.manifest import REPO_ROOT, load_manifest
-from grader.reports import format_table
+from grader.report.render import format_table
 
 TARGET_SPEEDUP = 3.0
 

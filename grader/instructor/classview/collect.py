@@ -10,9 +10,9 @@ as `assignments/<id>/<module>.py` (the layout of the course tree):
 A student with several runs of one assignment is represented by the last run in path order
 (name run folders by date or run number). Nothing read is trusted: a results.json is size-
 limited, validated against the schema and checked for whole-number scores that add up
-(`grader.gradescope`), and must be of this course's name and version; one that fails is skipped
-and listed with its path and why. Reasons are clipped to one line of `REASON_CHARS`; the renderer
-escapes every string.
+(`grader.report.gradescope`), and must be of this course's name and version; one that fails is
+skipped and listed with its path and why. Reasons are clipped to one line of `REASON_CHARS`; the
+renderer escapes every string.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grader.gradescope import SCHEMA, ResultsJsonError, read_json, run_of
 from grader.manifest import Assignment, Course
-from grader.results import TestResult, clip_reason
+from grader.report.gradescope import SCHEMA, ResultsJsonError, read_json, run_of
+from grader.report.results import TestResult, clip_reason
 
 RESULTS = "results.json"
 MAX_MODULE_BYTES = 512 * 1024  # pr-apply refuses larger submitted files; so do we

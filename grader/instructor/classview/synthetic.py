@@ -16,9 +16,9 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.gradescope import gradescope_json
 from grader.manifest import REPO_ROOT, Course
-from grader.results import NOT_IMPLEMENTED, RunResult, TestResult
+from grader.report.gradescope import gradescope_json
+from grader.report.results import NOT_IMPLEMENTED, RunResult, TestResult
 
 
 @dataclass(frozen=True)

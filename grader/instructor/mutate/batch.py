@@ -4,13 +4,13 @@ A pytest session costs an interpreter start, a torch import, a collection and a 
 before the first test runs; a mutant usually dies at its first failing test a second later. So
 the mutants are dealt round-robin into batches (`batch_size` at most, at least one per job) and
 each batch is graded by one session that names every mutant with `--impl` and stops each at its
-first failure (`--stop-first`, grader/plugin.py): per mutant that is the results a session of
-its own gives (grader/tests/test_engine.py), for a fraction of the start-up.
+first failure (`--stop-first`, grader/session/plugin.py): per mutant that is the results a session
+of its own gives (grader/tests/test_engine.py), for a fraction of the start-up.
 
 One mutant must not change another's verdict. A crash in a rank or a hang inside a launch is
 already that launch's failed test (the harness's limits). What is left is a mutant that makes
 the session itself run on — slow tests that each stay inside their launch's limit — or a
-session that dies. The engine follows the session's `test_end` events (grader/plugin_events.py:
+session that dies. The engine follows the session's `test_end` events (grader/session/events.py:
 one per finished test, with the index of its implementation): tests run one implementation after
 another in `--impl` order, so the implementation on the clock is the first one not yet seen
 failing or followed by another's test. When it has run past `timeout` the session is interrupted
@@ -36,8 +36,8 @@ from typing import Any
 
 from grader.instructor.mutate.runner import Verdict, judge_session
 from grader.instructor.pool import run_each
-from grader.results import RunResult
-from grader.runner import (
+from grader.report.results import RunResult
+from grader.session.runner import (
     INTERRUPT_GRACE_S,
     Session,
     interruptible,
@@ -124,9 +124,9 @@ class BatchEngine:
     suites: Path | None = None
     jobs: int = 2
     batch_size: int = 16
-    # Coverage guidance (grader/plugin_coverage.py): what the traced solution ran per test
-    # (`trace_baseline` writes it), and per implementation folder the functions it changes; a
-    # mutant's test that ran none of them under the solution is not run.
+    # Coverage guidance (grader/instructor/plugin_coverage.py): what the traced solution ran per
+    # test (`trace_baseline` writes it), and per implementation folder the functions it changes;
+    # a mutant's test that ran none of them under the solution is not run.
     reference: Path | None = None
     changes: dict[str, tuple[str, ...]] = field(default_factory=dict)
     _stopping: threading.Event = field(default_factory=threading.Event, repr=False)

@@ -38,7 +38,7 @@ from grader.instructor.mutate.summary import (
     write_summary,
 )
 from grader.manifest import Assignment, Course
-from grader.runner import suite_paths
+from grader.session.runner import suite_paths
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -23,7 +23,7 @@ from grader.instructor.mutate.equivalents import Equivalent
 from grader.instructor.mutate.generate import GENERATOR_VERSION, Mutant
 from grader.instructor.mutate.runner import Verdict
 from grader.instructor.mutate.summary import Summary
-from grader.reports import format_table
+from grader.report.render import format_table
 
 STATUSES = ("killed", "survived", "timed_out", "error", "equivalent", "stillborn")
 TARGET_SCORE = 0.90

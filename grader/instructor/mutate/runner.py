@@ -8,7 +8,7 @@ mutated module changed — and is graded as `--impl <tmp>/<slug>`, the directory
 (`assignments.<id>.<helper>`), so the folder holds the editable modules only.
 
 How the folders are graded is an `Engine`. `SessionEngine` runs one isolated pytest session per
-mutant through `grader.runner.run_session`, stopping at the first failure (`-x`), a few at a
+mutant through `grader.session.runner.run_session`, stopping at the first failure (`-x`), a few at a
 time (`--session-per-mutant`); `BatchEngine` (grader/instructor/mutate/batch.py), the default,
 grades a batch of mutants in one session.
 """
@@ -26,7 +26,7 @@ from grader.instructor.mutate.generate import Generation, Mutant
 from grader.instructor.pool import run_each
 from grader.instructor.variant_changes import lines_changes
 from grader.manifest import Assignment
-from grader.runner import Session, run_session
+from grader.session.runner import Session, run_session
 from harness.impl import resolve_impl
 
 VERDICTS = ("killed", "survived", "timed_out", "error")
@@ -74,8 +74,9 @@ def judge_session(session: Session) -> Verdict:
         return Verdict("error", reason=why, wall_s=session.wall_s)
     graded = [t for t in run.tests if not t.not_graded_here]
     failed = [t for t in graded if not t.passed]
-    # A test that never reached the mutated function is not run (grader/plugin_coverage.py):
-    # it passes as the solution did, and is not among the tests that ran on the mutant.
+    # A test that never reached the mutated function is not run
+    # (grader/instructor/plugin_coverage.py): it passes as the solution did, and is not among the
+    # tests that ran on the mutant.
     ran = tuple(t.nodeid for t in graded if not t.inferred)
     if failed:
         return Verdict("killed", killed_by=failed[0].nodeid, reason=failed[0].feedback,

@@ -88,7 +88,7 @@ def source_hash(assignment: Assignment, root: Path) -> str:
 def suite_hash(assignment: Assignment, root: Path, suites: Path | None = None) -> str:
     """sha256 over the tests that grade the assignment: `assignments/<id>/test_public.py` and
     every `.py` file of its hidden suite folder, relative names and bytes, in name order."""
-    from grader.runner import hidden_root
+    from grader.session.runner import hidden_root
 
     digest = hashlib.sha256()
     public = root / "assignments" / assignment.id / "test_public.py"

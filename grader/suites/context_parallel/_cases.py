@@ -1,7 +1,9 @@
-"""The cases of each launch of the context_parallel suite, with their expected values.
+"""The cases of each launch of the context_parallel suite, with their expected values, and the
+launches: built once per session in the parent, sent to the ranks without their expected part,
+launched once per session and implementation.
 
-Built in the parent only (imported by `_common.cases_for`), never sent to a rank with their
-`expected` part.
+A case that hangs, or ends its launch otherwise, costs only itself: `harness.cases.launch_cases`
+makes the launch again without it, and that case fails with what ended the launch.
 """
 
 from __future__ import annotations
@@ -10,108 +12,120 @@ from typing import Any
 
 import torch
 
-from grader.suites.context_parallel._common import (
-    F64,
+from grader.suites.context_parallel._cases_units import unit_cases
+from grader.suites.context_parallel._ranks import F64, rank_all
+from grader.suites.context_parallel._ref import (
     attention_tol,
+    dense_block,
+    fingerprint_of,
     full_attention,
+    grad_of,
     randn,
-    ring_case,
-    sp_mlp_case,
-    sp_ops_case,
-    ulysses_case,
+    shard,
 )
+from harness.cases import Memo, case_values, launch_cases
 
-# (seq_len, world_size) of the zigzag cases: fixed ones, then drawn by hypothesis in the parent
-# (world sizes 1..8, 1..5 positions per chunk), the same on every run.
-ZIGZAG_FIXED = [(16, 2), (24, 3), (32, 4), (8, 4), (2, 1), (48, 4)]
-ZIGZAG_INVALID = [(10, 2), (12, 4), (8, 0), (6, 4)]
-_DRAWN: list[tuple[int, int]] = []
-
-
-def zigzag_calls() -> list[tuple[int, int]]:
-    if not _DRAWN:
-        from hypothesis import strategies as st
-
-        from grader.seeds import hypothesis_examples
-
-        pairs = st.tuples(st.integers(1, 8), st.integers(1, 5))
-        _DRAWN.extend((2 * n * c, n) for n, c in hypothesis_examples(pairs, 24, 3700))
-    return ZIGZAG_FIXED + _DRAWN
+BACKEND = "gloo"
+TRANSPORT = "sidecar"
+TIMEOUT_S = 90.0
 
 
-def attn_calls() -> list[dict[str, Any]]:
-    """One block of attention: (name, q, k, v, causal, q_offset, k_offset, dtype)."""
-    specs = [
-        ("no mask, seq_q=5 seq_k=7 dim=4 dim_v=6", (2, 3, 5, 4), 7, 6, False, 0, 0, F64, 1.0),
-        ("causal, diagonal block", (1, 2, 6, 5), 6, 5, True, 0, 0, F64, 1.0),
-        ("causal, q_offset=8 k_offset=4", (2, 2, 5, 4), 6, 3, True, 8, 4, F64, 1.0),
-        ("causal, rows that see no key", (1, 2, 4, 4), 5, 4, True, 0, 2, F64, 1.0),
-        ("float32, causal, q_offset=3", (2, 2, 6, 8), 6, 8, True, 3, 0, torch.float32, 1.0),
-        ("scores near 1e3", (1, 2, 5, 4), 6, 4, False, 0, 0, F64, 25.0),
-    ]
-    calls = []
-    for i, (name, qshape, seq_k, dim_v, causal, qo, ko, dtype, mag) in enumerate(specs):
-        b, h, s, d = qshape
-        q = randn(500 + 10 * i, b, h, s, d) * mag
-        k = randn(501 + 10 * i, b, h, seq_k, d) * mag
-        v = randn(502 + 10 * i, b, h, seq_k, dim_v)
-        q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
-        out, lse = full_attention(q, k, v, causal, qo, ko)
-        tol = attention_tol(q, k, v, dtype)
-        calls.append({"name": name, "args": (q, k, v, causal, qo, ko), "dtype": dtype,
-                      "out": out, "lse": lse, "tol": tol})
-    return calls
+# ---- ring and Ulysses cases -------------------------------------------------------------------
+
+def ring_case(world: int, *, batch: int, heads: int, seq: int, dim: int, dim_v: int,
+              causal: bool, seed: int, dtype: torch.dtype = F64, probe: bool = False,
+              backward: bool = False) -> dict[str, Any]:
+    q, k, v = (randn(seed, batch, heads, seq, dim, dtype=dtype),
+               randn(seed + 1, batch, heads, seq, dim, dtype=dtype),
+               randn(seed + 2, batch, heads, seq, dim_v, dtype=dtype))
+    case: dict[str, Any] = {"kind": "ring", "causal": causal, "probe": probe,
+                            "backward": backward, "q": shard(q, world), "k": shard(k, world),
+                            "v": shard(v, world), "dtype": str(dtype)}
+    expected: dict[str, Any] = {"out": shard(full_attention(q, k, v, causal)[0], world),
+                                "tol": attention_tol(q, k, v, dtype, world)}
+    if probe:
+        prints = [(r, fingerprint_of(t)) for r in range(world)
+                  for t in (case["k"][r], case["v"][r])]
+        values = [p for _, p in prints]
+        assert len(set(values)) == len(values), "fingerprints collide: pick another seed"
+        for r in range(world):
+            assert int(torch.isin(case["q"][r], torch.tensor(values, dtype=dtype)).sum()) == 0
+        case["fingerprints"] = prints
+    if backward:
+        grad = randn(seed + 3, batch, heads, seq, dim_v, dtype=dtype)
+        leaves = [t.clone().to(F64).requires_grad_() for t in (q, k, v)]
+        out, _ = full_attention(leaves[0], leaves[1], leaves[2], causal=causal)
+        out.backward(grad.to(F64))
+        case["grad"] = shard(grad, world)
+        expected.update({f"{n}_grad": shard(grad_of(t), world) for n, t in zip("qkv", leaves)})
+        expected["grad_tol"] = expected["tol"].scaled(4 * seq)
+    case["expected"] = expected
+    return case
 
 
-def merge_calls() -> list[dict[str, Any]]:
-    """Partial attentions over disjoint key blocks and the full attention they must give."""
-    calls = []
-    for i, (cuts, causal) in enumerate([((0, 4, 9), False), ((0, 3, 6, 10), False),
-                                        ((0, 5, 8, 12), True)]):
-        q = randn(600 + i, 2, 2, 6, 4) * 2
-        k = randn(610 + i, 2, 2, cuts[-1], 4) * 2
-        v = randn(620 + i, 2, 2, cuts[-1], 3)
-        parts = [full_attention(q, k[:, :, a:b], v[:, :, a:b], causal, 4, a)
-                 for a, b in zip(cuts, cuts[1:])]
-        full = full_attention(q, k, v, causal, 4, 0)
-        calls.append({"name": f"{len(parts)} blocks{' causal' if causal else ''}",
-                      "parts": parts, "out": full[0], "lse": full[1],
-                      "tol": attention_tol(q, k, v, F64, len(parts))})
-    return calls
+def ulysses_case(world: int, *, batch: int, heads: int, seq: int, dim: int, dim_v: int,
+                 causal: bool, seed: int) -> dict[str, Any]:
+    case = ring_case(world, batch=batch, heads=heads, seq=seq, dim=dim, dim_v=dim_v,
+                     causal=causal, seed=seed)
+    case["kind"] = "ulysses"
+    shard_bytes = sum(t[0].numel() * t[0].element_size() for t in (case["q"], case["k"],
+                                                                   case["v"]))
+    out_bytes = case["expected"]["out"][0].numel() * 8
+    case["expected"]["wire_bytes"] = (world - 1) * (shard_bytes + out_bytes) // world
+    return case
 
 
-def unit_cases() -> dict[str, dict]:
-    attn = attn_calls()
-    merges = merge_calls()
-    merge_args = []  # flattened pairwise calls: the rank returns each merge's result
-    for m in merges:
-        merge_args.append(m["parts"])
-    specs = [(randn(700, 16, 3), (16, 4), 0), (randn(701, 2, 3, 24, 2), (24, 3), 2)]
-    specs += [(randn(710 + i, 2, s), (s, n), 1) for i, (s, n) in enumerate(zigzag_calls()[6:16])]
-    from_split = []
-    for x, (s, n), dim in specs:
-        chunk = s // (2 * n)
-        shards = []
-        for r in range(n):
-            idx = torch.cat([torch.arange(r * chunk, (r + 1) * chunk),
-                             torch.arange((2 * n - 1 - r) * chunk, (2 * n - r) * chunk)])
-            shards.append(x.index_select(dim, idx))
-        from_split.append((shards, dim, x))
-    return {
-        "attn": {"kind": "attn", "calls": [c["args"] for c in attn],
-                 "expected": {"calls": attn}},
-        "merge": {"kind": "merge_blocks", "calls": merge_args,
-                  "expected": {"calls": merges}},
-        "zigzag": {"kind": "zigzag", "calls": zigzag_calls(), "expected": {}},
-        "unsplit": {"kind": "unsplit", "calls": [(s, d) for s, d, _ in from_split],
-                    "expected": {"x": [x for _, _, x in from_split]}},
-        "zigzag invalid": {"kind": "zigzag_invalid", "calls": ZIGZAG_INVALID, "expected": {}},
-        "attn default": {"kind": "attn_default", "args": attn[0]["args"][:3],
-                         "expected": attn[0]},
-        "unsplit default": {"kind": "unsplit_default", "shards": from_split[0][0],
-                            "expected": {"x": from_split[0][2]}},
-    }
+# ---- sequence-parallel cases ------------------------------------------------------------------
 
+def sp_ops_case(world: int, seed: int, batch: int = 2, seq_per_rank: int = 3, hidden: int = 5
+                ) -> dict[str, Any]:
+    seq = seq_per_rank * world
+    xs = [randn(seed + r, batch, seq_per_rank, hidden) for r in range(world)]
+    gather_grads = [randn(seed + 10 + r, batch, seq, hidden) for r in range(world)]
+    partials = [randn(seed + 20 + r, batch, seq, hidden) for r in range(world)]
+    rs_grads = [randn(seed + 30 + r, batch, seq_per_rank, hidden) for r in range(world)]
+    total_grad = sum(gather_grads, torch.zeros_like(gather_grads[0]))
+    full = torch.cat(xs, dim=1)
+    summed = sum(partials, torch.zeros_like(partials[0]))
+    return {"kind": "sp_ops", "xs": xs, "gather_grads": gather_grads, "partials": partials,
+            "rs_grads": rs_grads,
+            "expected": {"gather": full,
+                         "gather_x_grad": shard(total_grad, world, dim=1),
+                         "rs": shard(summed, world, dim=1),
+                         "rs_x_grad": torch.cat(rs_grads, dim=1)}}
+
+
+
+def sp_mlp_case(world: int, seed: int, batch: int = 2, seq_per_rank: int = 3, hidden: int = 6,
+                ffn: int = 8) -> dict[str, Any]:
+    seq = seq_per_rank * world
+    x = randn(seed, batch, seq, hidden)
+    params = {"ln_weight": 1 + 0.1 * randn(seed + 1, hidden), "ln_bias": randn(seed + 2, hidden),
+              "w1": randn(seed + 3, ffn, hidden) * 0.4, "b1": randn(seed + 4, ffn),
+              "w2": randn(seed + 5, hidden, ffn) * 0.4, "b2": randn(seed + 6, hidden)}
+    grad = randn(seed + 7, batch, seq, hidden)
+    leaves = {n: t.clone().requires_grad_() for n, t in params.items()}
+    xl = x.clone().requires_grad_()
+    y = dense_block(xl, *leaves.values())
+    y.backward(grad)
+    f = ffn // world
+    per_rank = [{"ln_weight": params["ln_weight"], "ln_bias": params["ln_bias"],
+                 "w1": params["w1"][r * f:(r + 1) * f].clone(),
+                 "b1": params["b1"][r * f:(r + 1) * f].clone(),
+                 "w2": params["w2"][:, r * f:(r + 1) * f].clone(), "b2": params["b2"]}
+                for r in range(world)]
+    g = {n: grad_of(t) for n, t in leaves.items()}
+    expected = {"y": shard(y.detach(), world, 1), "x_grad": shard(grad_of(xl), world, 1),
+                "w1_grad": [g["w1"][r * f:(r + 1) * f] for r in range(world)],
+                "b1_grad": [g["b1"][r * f:(r + 1) * f] for r in range(world)],
+                "w2_grad": [g["w2"][:, r * f:(r + 1) * f] for r in range(world)],
+                "ln_weight_grad": g["ln_weight"], "ln_bias_grad": g["ln_bias"],
+                "b2_grad": g["b2"]}
+    return {"kind": "sp_mlp", "x": shard(x, world, 1), "grad": shard(grad, world, 1),
+            "params": per_rank, "expected": expected}
+
+
+# ---- the launches' cases ---------------------------------------------------------------------
 
 def build(which: str) -> dict[str, dict]:
     cases: dict[str, dict] = {}
@@ -175,3 +189,48 @@ def build(which: str) -> dict[str, dict]:
     else:
         raise ValueError(which)
     return cases
+
+
+# ---- the launches -----------------------------------------------------------------------------
+
+_CASES: dict[str, dict[str, dict]] = {}
+_RUNS = Memo()
+
+
+def strip(case: dict) -> dict:
+    return {k: v for k, v in case.items() if k != "expected"}
+
+
+def cases_for(which: str) -> dict[str, dict]:
+    """The cases of one launch, built once per session (inputs and expected values)."""
+    if which not in _CASES:
+        _CASES[which] = build(which)
+    return _CASES[which]
+
+
+LAUNCHES = {  # name -> (world size, transport)
+    "ring2": (2, TRANSPORT), "ring3": (3, TRANSPORT), "ring4": (4, TRANSPORT),
+    "ulysses2": (2, TRANSPORT), "ulysses4": (4, TRANSPORT),
+}
+
+
+def run(launch: Any, impl: Any, which: str) -> Any:
+    """The launch `which`, once per session and implementation; a case that hangs costs only
+    itself (`harness.cases.launch_cases`)."""
+    world, transport = LAUNCHES[which]
+
+    def make() -> Any:
+        cases = {name: strip(c) for name, c in cases_for(which).items()}
+        return launch_cases(lambda env: launch(
+            rank_all, world_size=world, args=(cases,), backend=BACKEND, transport=transport,
+            timeout=_RUNS.timeout(TIMEOUT_S), env=env), list(cases))
+
+    return _RUNS.get((str(impl.text), which), make)
+
+
+def expected(which: str, name: str) -> dict:
+    return cases_for(which)[name]["expected"]
+
+
+def values(result: Any, name: str) -> list[Any]:
+    return case_values(result.values, name)

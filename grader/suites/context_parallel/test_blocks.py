@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grader.suites.context_parallel._common import check, values
-from grader.suites.context_parallel._launches import expected, run
+from grader.suites.context_parallel._cases import expected, run, values
+from grader.suites.context_parallel._ref import check
 
 LAUNCH = "ring2"
 SCALE_HINT = "scale the scores by 1/sqrt(dim) before the softmax"
@@ -30,7 +30,7 @@ def _check_out(got: dict, want: dict, hint: str) -> None:
     out = got["out"]
     if hint == SCALE_HINT and isinstance(out, torch.Tensor) and out.shape == want["out"].shape:
         q, k, v, causal, qo, ko = want["args"]
-        from grader.suites.context_parallel._common import full_attention
+        from grader.suites.context_parallel._ref import full_attention
 
         unscaled = full_attention(q, k, v, causal, qo, ko, scale=1.0)[0]
         if torch.allclose(out.double(), unscaled, atol=1e-8):

@@ -1,7 +1,7 @@
 """Ring attention's forward (README §4): values against full attention on the gathered sequence
 (2, 3 and 4 ranks, float64 and float32, causal and not, dim_v != dim); its messages from the
 sidecars' wire log (peers, count, sizes, order K then V); asynchrony from the rank's log (which
-the launch checked against the wire); overlap and memory from the probe cases (see _common).
+the launch checked against the wire); overlap and memory from the probe cases (see _ranks).
 """
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grader.suites.context_parallel._common import check, values, where, wire_window
-from grader.suites.context_parallel._launches import LAUNCHES, expected, run
+from grader.suites.context_parallel._cases import LAUNCHES, expected, run, values
+from grader.suites.context_parallel._ref import check, wire_window
+from harness.cases import where
 from harness.commlog import windows
 
 pytestmark = pytest.mark.exercises("ring_attention")
@@ -57,7 +58,7 @@ def test_ring_values_first(launch, impl, which, name, hint):
 @pytest.mark.parametrize("which", ["ring2", "ring3", "ring4"],
                          ids=["world_size=2", "world_size=3", "world_size=4"])
 def test_messages_on_the_wire(launch, impl, which):
-    from grader.suites.context_parallel._launches import cases_for
+    from grader.suites.context_parallel._cases import cases_for
 
     result = run(launch, impl, which)
     world = _world(which)
@@ -98,7 +99,7 @@ def test_ring_values(launch, impl, which, name, hint):
 @pytest.mark.points(1)
 @pytest.mark.parametrize("which", ["ring2", "ring4"], ids=["world_size=2", "world_size=4"])
 def test_sends_and_receives_are_asynchronous(launch, impl, which):
-    from grader.suites.context_parallel._launches import cases_for
+    from grader.suites.context_parallel._cases import cases_for
 
     result = run(launch, impl, which)
     world = _world(which)

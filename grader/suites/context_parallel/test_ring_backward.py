@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from grader.suites.context_parallel._common import check, values, where
-from grader.suites.context_parallel._launches import LAUNCHES, expected, run
+from grader.suites.context_parallel._cases import LAUNCHES, expected, run, values
+from grader.suites.context_parallel._ref import check
+from harness.cases import where
 
 pytestmark = pytest.mark.exercises("ring_attention")
 

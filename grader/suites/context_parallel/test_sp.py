@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from grader.suites.context_parallel._common import check, values, where, wire_window
-from grader.suites.context_parallel._launches import LAUNCHES, expected, run
+from grader.suites.context_parallel._cases import LAUNCHES, expected, run, values
+from grader.suites.context_parallel._ref import check, wire_window
+from harness.cases import where
 
 GATHER = ("all_gather", "allgather", "allgather_base")
 SCATTER = ("reduce_scatter", "reduce_scatter_base")

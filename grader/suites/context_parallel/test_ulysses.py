@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from grader.suites.context_parallel._common import check, values, where, wire_window
-from grader.suites.context_parallel._launches import LAUNCHES, expected, run
+from grader.suites.context_parallel._cases import LAUNCHES, expected, run, values
+from grader.suites.context_parallel._ref import check, wire_window
+from harness.cases import where
 
 pytestmark = pytest.mark.exercises("ulysses_attention")
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grader.suites.context_parallel._cases import ZIGZAG_INVALID, zigzag_calls
-from grader.suites.context_parallel._common import check, values
-from grader.suites.context_parallel._launches import expected, run
+from grader.suites.context_parallel._cases import expected, run, values
+from grader.suites.context_parallel._cases_units import ZIGZAG_INVALID, zigzag_calls
+from grader.suites.context_parallel._ref import check
 
 LAUNCH = "ring2"
 ORDER_HINT = ("rank r holds chunk r then chunk 2N-1-r of 2N equal chunks, each in ascending "

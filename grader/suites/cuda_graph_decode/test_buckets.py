@@ -6,11 +6,12 @@ runs first.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from grader.suites.cuda_graph_decode._common import answer
+from grader.suites.cuda_graph_decode._cases import answer
 
 PICK_CASES = {
     "exact": (4, [1, 2, 4, 8]),
@@ -53,8 +54,9 @@ def rank_buckets(ctx, pick_cases: dict, defaults: list[int], bad: dict) -> dict[
                                         make_graph=EmulatedGraph)
         return list(decoder.buckets)
 
-    cases = [(f"pick/{name}", lambda a=args: runner.pick_bucket(*a))
-             for name, args in pick_cases.items()]
+    cases: list[tuple[str, Callable[[], Any]]] = [
+        (f"pick/{name}", lambda a=args: runner.pick_bucket(*a))
+        for name, args in pick_cases.items()]
     cases += [(f"default/{n}", lambda n=n: buckets_of(n)) for n in defaults]
     cases.append(("custom", lambda: buckets_of(12, [8, 2, 12, 2])))
     cases += [(f"bad/{name}", lambda a=args: buckets_of(*a)) for name, args in bad.items()]

@@ -13,14 +13,12 @@ from typing import Any
 import pytest
 import torch
 
-from grader.suites.cuda_graph_decode._common import (
-    CONFIG,
+from grader.suites.cuda_graph_decode._cases import CONFIG, make_spec, sizes_of
+from grader.suites.cuda_graph_decode._ranks import rank_decode
+from grader.suites.cuda_graph_decode._ref import (
     assert_step_logits,
     capture_order_problem,
-    make_spec,
-    rank_decode,
     reference,
-    sizes_of,
 )
 
 HUNDRED = make_spec([1, 3, 8, 2, 5, 10, 4, 7] * 12 + [6, 1, 2, 8], seed=11, history_steps=1,

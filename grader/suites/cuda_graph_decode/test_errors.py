@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-from grader.suites.cuda_graph_decode._common import CONFIG, answer
+from grader.suites.cuda_graph_decode._cases import CONFIG, answer
 
 # name -> (tokens, positions, rows) as lists (2-D where a nested list)
 CASES: dict[str, tuple[Any, Any, Any]] = {

@@ -14,13 +14,9 @@ from typing import Any
 import pytest
 import torch
 
-from grader.suites.cuda_graph_decode._common import (
-    assert_caches,
-    assert_step_logits,
-    make_spec,
-    rank_decode,
-    reference,
-)
+from grader.suites.cuda_graph_decode._cases import make_spec
+from grader.suites.cuda_graph_decode._ranks import rank_decode
+from grader.suites.cuda_graph_decode._ref import assert_caches, assert_step_logits, reference
 
 pytestmark = pytest.mark.gpu
 

@@ -14,14 +14,9 @@ import pytest
 import torch
 
 from grader.compare import assert_close
-from grader.suites.cuda_graph_decode._common import (
-    assert_caches,
-    assert_step_logits,
-    make_spec,
-    rank_decode,
-    reference,
-    sizes_of,
-)
+from grader.suites.cuda_graph_decode._cases import make_spec, sizes_of
+from grader.suites.cuda_graph_decode._ranks import rank_decode
+from grader.suites.cuda_graph_decode._ref import assert_caches, assert_step_logits, reference
 from harness.cases import Memo
 
 FIRST_SIZES = [1, 2, 3, 5, 8]

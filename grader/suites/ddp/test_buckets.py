@@ -11,21 +11,23 @@ from __future__ import annotations
 
 import pytest
 
-from grader.suites.ddp._common import (
+from grader.suites.ddp._cases import (
     BIG,
     LAYOUT_POINTS,
     LAYOUT_SPECS,
     RANDOM_LAYOUTS,
     SGD4,
+    pure,
+    random_layout_specs,
+    wrapper4,
+)
+from grader.suites.ddp._ref import (
     allreduces,
     buffer_bytes,
     describe_kinds,
     pack,
     pack_with_bytes,
-    pure,
-    random_layout_specs,
     state_bytes,
-    wrapper4,
 )
 from harness.cases import where
 

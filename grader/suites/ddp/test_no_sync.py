@@ -11,15 +11,8 @@ import pytest
 import torch
 
 from grader.compare import assert_close
-from grader.suites.ddp._common import (
-    NO_SYNC4,
-    allreduces,
-    describe_kinds,
-    grad_tol,
-    local_grads,
-    pack,
-    wrapper4,
-)
+from grader.suites.ddp._cases import NO_SYNC4, wrapper4
+from grader.suites.ddp._ref import allreduces, describe_kinds, grad_tol, local_grads, pack
 from harness.cases import where
 
 pytestmark = pytest.mark.exercises("DistributedDataParallel")

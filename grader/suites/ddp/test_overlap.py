@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from grader.suites.ddp._common import SGD4, allreduces, pack, wrapper4
+from grader.suites.ddp._cases import SGD4, wrapper4
+from grader.suites.ddp._ref import allreduces, pack
 from harness.cases import where
 
 pytestmark = pytest.mark.exercises("DistributedDataParallel")

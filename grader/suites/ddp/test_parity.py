@@ -14,22 +14,10 @@ import pytest
 import torch
 
 from grader.compare import assert_close
-from grader.suites.ddp._common import (
-    CONSTRUCT4,
-    SGD2,
-    SGD4,
-    SUBGROUPS,
-    WORLD1,
-    grad_tol,
-    local_grads,
-    reference_train,
-    state_of,
-    training_tol,
-    wrapper2,
-    wrapper4,
-)
-from grader.suites.ddp._common import pure as pure_launch
-from grader.suites.ddp._ranks import build_model
+from grader.suites.ddp._cases import CONSTRUCT4, SGD2, SGD4, SUBGROUPS, WORLD1, wrapper2, wrapper4
+from grader.suites.ddp._cases import pure as pure_launch
+from grader.suites.ddp._ranks import build_model, state_of
+from grader.suites.ddp._ref import grad_tol, local_grads, reference_train, training_tol
 from harness.cases import where
 
 pytestmark = pytest.mark.exercises("DistributedDataParallel")
@@ -152,7 +140,7 @@ def test_process_subgroups(runs):
     data = run.inputs["subgroups"]
     rows = data["x"].shape[1] // run.world_size
     for first in (0, 2):  # the groups {0, 1} and {2, 3}, each with its own rank 0
-        seed = data["seed"] + 1009 * first  # _common.init_seed of the group's first rank
+        seed = data["seed"] + 1009 * first  # _cases.init_seed of the group's first rank
         initial = {n: p.detach() for n, p in build_model(SUBGROUPS, seed).named_parameters()}
         per_rank = [local_grads(SUBGROUPS, seed, data["x"][0, r * rows:(r + 1) * rows],
                                 data["y"][0, r * rows:(r + 1) * rows])

@@ -11,14 +11,8 @@ import pytest
 import torch
 
 from grader.compare import assert_close, sum_bound
-from grader.suites.ddp._common import (
-    BF16,
-    allreduces,
-    local_grads,
-    pack_with_bytes,
-    pure,
-    wrapper2,
-)
+from grader.suites.ddp._cases import BF16, pure, wrapper2
+from grader.suites.ddp._ref import allreduces, local_grads, pack_with_bytes
 from harness.cases import where
 
 pytestmark = pytest.mark.exercises("DistributedDataParallel", "bf16_compress_hook")

@@ -15,14 +15,22 @@ import pytest
 import torch
 
 from grader.compare import assert_close, tolerance
-from grader.suites.ddp._common import (
+from grader.suites.ddp._cases import (
     ACCUMULATE,
     CHECKPOINT,
     GROUP_KWARGS,
+    GROUPS,
     LR_CONFIGS,
     LR_ERRORS,
+    NET,
     SPARSE,
     accumulate_lrs,
+)
+from grader.suites.ddp._cases import pure as pure_launch
+from grader.suites.ddp._cases import trainer3 as trainer_launch
+from grader.suites.ddp._cases import wrapper2 as wrapper_launch
+from grader.suites.ddp._ranks import build_model, loss_fn
+from grader.suites.ddp._ref import (
     allreduces,
     describe_kinds,
     expected_lr,
@@ -31,10 +39,6 @@ from grader.suites.ddp._common import (
     training_tol,
     two_groups,
 )
-from grader.suites.ddp._common import pure as pure_launch
-from grader.suites.ddp._common import trainer3 as trainer_launch
-from grader.suites.ddp._common import wrapper2 as wrapper_launch
-from grader.suites.ddp._ranks import build_model, loss_fn
 from harness.cases import where
 
 
@@ -85,7 +89,6 @@ def _check_groups(pure, name: str, spec: dict, seed: int, kwargs: dict) -> None:
 @pytest.mark.exercises("make_optimizer")
 @pytest.mark.points(2)
 def test_groups_with_embedding_norm_scalar_and_frozen_bias(pure):
-    from grader.suites.ddp._common import GROUPS
 
     _check_groups(pure, "groups", GROUPS, 11, GROUP_KWARGS[0])
 
@@ -93,7 +96,6 @@ def test_groups_with_embedding_norm_scalar_and_frozen_bias(pure):
 @pytest.mark.exercises("make_optimizer")
 @pytest.mark.points(1)
 def test_groups_default_betas_and_eps(pure):
-    from grader.suites.ddp._common import NET
 
     _check_groups(pure, "groups_defaults", dict(NET, norm=True), 12, GROUP_KWARGS[1])
 

@@ -15,14 +15,8 @@ from __future__ import annotations
 import pytest
 
 from grader.compare import assert_close
-from grader.suites.ddp._common import (
-    FIND_UNUSED,
-    allreduces,
-    grad_tol,
-    local_grads,
-    pack_with_bytes,
-    wrapper2,
-)
+from grader.suites.ddp._cases import FIND_UNUSED, wrapper2
+from grader.suites.ddp._ref import allreduces, grad_tol, local_grads, pack_with_bytes
 from harness.cases import case_value, where
 
 pytestmark = pytest.mark.exercises("DistributedDataParallel")

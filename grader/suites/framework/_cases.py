@@ -7,6 +7,7 @@ same tensors in `_ref.py`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -16,7 +17,7 @@ from grader.seeds import seeded_generator
 F32 = torch.float32
 
 
-def _draw(seed: int, shapes: list[tuple[int, ...]], dtype: torch.dtype = F32,
+def _draw(seed: int, shapes: Sequence[tuple[int, ...]], dtype: torch.dtype = F32,
           scale: float = 1.0) -> list[torch.Tensor]:
     generator = seeded_generator(seed)
     return [scale * torch.randn(*shape, generator=generator, dtype=dtype) for shape in shapes]
@@ -147,8 +148,9 @@ FX_EXPECTED = {
     "shared": {"silu": 0, "add_relu": 0, "sigmoid": 3, "mul": 3, "add": 12, "relu": 3},
     "mixed": {"silu": 1, "add_relu": 2, "sigmoid": 1, "mul": 2, "add": 3, "relu": 0},
 }
-FX_INPUTS = {"silu_forms": [(5, 4)], "add_relu_forms": [(3, 6), (3, 6)],
-             "shared": [(4, 5), (4, 5)], "mixed": [(6,), (6,)]}
+FX_INPUTS: dict[str, list[tuple[int, ...]]] = {
+    "silu_forms": [(5, 4)], "add_relu_forms": [(3, 6), (3, 6)], "shared": [(4, 5), (4, 5)],
+    "mixed": [(6,), (6,)]}
 
 
 def fx_cases() -> dict[str, dict[str, Any]]:

@@ -158,7 +158,8 @@ def _friendly_values(module: Any, case: dict) -> list[torch.Tensor]:
 
 def _friendly_graphs(module: Any, case: dict) -> dict:
     model = _load(module.FriendlyMLP(case["dim"], case["hidden"]), case["state"])
-    counters, graphs = _fresh_dynamo(), []
+    counters = _fresh_dynamo()
+    graphs: list[int] = []  # node counts of the graphs Dynamo compiled
     compiled = torch.compile(model, backend=_counting_backend(graphs), dynamic=True)
     with torch.no_grad():
         for x in case["inputs"]:
@@ -170,7 +171,8 @@ def _compile_model(module: Any, case: dict) -> dict:
     d, h = case["dim"], case["hidden"]
     model = _load(torch.nn.Sequential(torch.nn.Linear(d, h), torch.nn.GELU(),
                                       torch.nn.Linear(h, d)), case["state"])
-    counters, graphs = _fresh_dynamo(), []
+    counters = _fresh_dynamo()
+    graphs: list[int] = []  # node counts of the graphs Dynamo compiled
     run = module.compile_model(model, _counting_backend(graphs))
     with torch.no_grad():
         outs = [run(x) for x in case["inputs"]]

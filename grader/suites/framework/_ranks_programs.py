@@ -8,9 +8,12 @@ references; they travel to the ranks by value with the rank functions that use t
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+
+Program = Callable[..., torch.Tensor]  # a module-level function of tensors
 
 # ---- FLOP programs: name -> function of the case's tensors (README §2) ------------------------
 
@@ -68,9 +71,10 @@ def p_uncounted(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return (torch.exp(x) * y).cumsum(dim=-1) + torch.tanh(x).sum(dim=-1, keepdim=True)
 
 
-FLOP_PROGRAMS = {"mm": p_mm, "linear": p_linear, "bmm": p_bmm, "baddbmm": p_baddbmm,
-                 "conv2d": p_conv2d, "conv1d": p_conv1d, "mlp": p_mlp, "cnn": p_cnn,
-                 "attention": p_attention, "uncounted": p_uncounted}
+FLOP_PROGRAMS: dict[str, Program] = {
+    "mm": p_mm, "linear": p_linear, "bmm": p_bmm, "baddbmm": p_baddbmm, "conv2d": p_conv2d,
+    "conv1d": p_conv1d, "mlp": p_mlp, "cnn": p_cnn, "attention": p_attention,
+    "uncounted": p_uncounted}
 
 # ---- functions whose saved tensors are measured (README §3.1) ---------------------------------
 
@@ -103,9 +107,9 @@ def s_chain(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor
     return torch.tanh(F.gelu(x @ w1) @ w2).sum()
 
 
-SAVED_FUNCTIONS = {"exp": s_exp, "mul": s_mul, "views": s_views, "saved_twice": s_saved_twice,
-                   "where": s_where,
-                   "linear": s_linear, "chain": s_chain, "no_grad": s_mul}
+SAVED_FUNCTIONS: dict[str, Program] = {
+    "exp": s_exp, "mul": s_mul, "views": s_views, "saved_twice": s_saved_twice, "where": s_where,
+    "linear": s_linear, "chain": s_chain, "no_grad": s_mul}
 
 # ---- functions checkpointed (README §3.2) ------------------------------------------------------
 
@@ -119,7 +123,7 @@ def c_gated(x: torch.Tensor, w: torch.Tensor, unused: torch.Tensor) -> torch.Ten
     return torch.sigmoid(h) * h.exp().clamp(max=10.0)
 
 
-CHECKPOINTED = {"mlp": c_mlp, "gated": c_gated}
+CHECKPOINTED: dict[str, Program] = {"mlp": c_mlp, "gated": c_gated}
 
 # ---- FX graphs (README §5): each with the node kinds the rewritten graph must have ------------
 
@@ -159,5 +163,6 @@ def fx_mixed(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return fused + shared + torch.relu(s + x) + y * 2.0
 
 
-FX_FUNCTIONS = {"silu_forms": fx_silu_forms, "add_relu_forms": fx_add_relu_forms,
-                "shared": fx_shared, "mixed": fx_mixed}
+FX_FUNCTIONS: dict[str, Program] = {
+    "silu_forms": fx_silu_forms, "add_relu_forms": fx_add_relu_forms, "shared": fx_shared,
+    "mixed": fx_mixed}

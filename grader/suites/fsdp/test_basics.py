@@ -3,17 +3,20 @@ and `Zero3`: one launch of one rank, each case in its own error scope."""
 
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
 import torch
 from torch import nn
 
 from grader.compare import assert_close, steps_bound
 from grader.seeds import seeded_generator
-from grader.suites.fsdp._common import LAUNCH_TIMEOUT, MEMO
+from grader.suites.fsdp._cases import LAUNCH_TIMEOUT, MEMO
 from harness.cases import case_value, run_cases
 
-SHAPES = {"ragged-N=4": ([(3, 4), (5,), (1,)], 4), "N=1": ([(2, 3), (7,)], 1),
-          "N=3-float64": ([(4, 4), (2,)], 3), "only-padding": ([(1,)], 5)}
+SHAPES: dict[str, tuple[list[tuple[int, ...]], int]] = {  # name: (tensor shapes, world size)
+    "ragged-N=4": ([(3, 4), (5,), (1,)], 4), "N=1": ([(2, 3), (7,)], 1),
+    "N=3-float64": ([(4, 4), (2,)], 3), "only-padding": ([(1,)], 5)}
 
 
 def inputs(name: str) -> list[torch.Tensor]:
@@ -48,7 +51,7 @@ def accumulated_reference() -> list[torch.Tensor]:
     model = Pair().to(torch.float64)
     for x in accumulate_inputs():
         model(x).pow(2).mean().backward()
-    return [torch.cat([p.grad.reshape(-1) for p in unit.parameters()])
+    return [torch.cat([cast(torch.Tensor, p.grad).reshape(-1) for p in unit.parameters()])
             for unit in (model.a, model.b, model.c)]
 
 

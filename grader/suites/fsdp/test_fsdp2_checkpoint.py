@@ -1,6 +1,6 @@
 """Part 2, checkpoints with DCP: 4 ranks train 2 AdamW steps, save, train 2 more; 2 ranks load
 that checkpoint into a model built with other weights and train the same 2 steps on the same
-global batch (in-rank transport; see _checkpoint.py for how the files travel).
+global batch (in-rank transport; see _ranks_checkpoint.py for how the files travel).
 
 Round trip: the local shards of every parameter and of AdamW's state, put together in the
 parent, are bit-identical after the load on 2 ranks to what the 4 ranks saved. Resume: the
@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from grader.compare import assert_close, steps_bound
-from grader.suites.fsdp._checkpoint import STEPS, case2, case4, ckpt4, joined
+from grader.suites.fsdp._cases import case2, case4, ckpt4, joined
+from grader.suites.fsdp._ranks_checkpoint import STEPS
 from harness.cases import where
 
 RESUME_TOL = steps_bound(torch.float32, steps=2, depth_per_step=256).scaled(8)

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from grader.compare import assert_close, bound
-from grader.suites.fsdp._checkpoint import REDUCE_MEAN, case4, ckpt4
-from grader.suites.fsdp._common import F2_BLOCKS, IN, WIDTH, build_f2
+from grader.suites.fsdp._cases import REDUCE_MEAN, case4, ckpt4
+from grader.suites.fsdp._ranks import F2_BLOCKS, IN, WIDTH, build_f2
 from harness.cases import where
 
 pytestmark = pytest.mark.exercises("shard_model")

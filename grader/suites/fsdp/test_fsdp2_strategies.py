@@ -8,27 +8,23 @@ the wire log says which ranks each collective ran among, so HSDP's groups are ch
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 import torch
 
 from grader.compare import assert_close, steps_bound
 from grader.seeds import shifted
-from grader.suites.fsdp._common import (
-    F2_BLOCKS,
-    F2_SEED,
-    LAUNCH_TIMEOUT,
-    MEMO,
-    build_f2,
-    f2_data,
-    f2_reference,
-    per_rank,
-)
+from grader.suites.fsdp._cases import F2_SEED, LAUNCH_TIMEOUT, MEMO, f2_data, per_rank
+from grader.suites.fsdp._ranks import F2_BLOCKS, build_f2
+from grader.suites.fsdp._ref import f2_reference
 from harness.cases import case_value, run_cases, where
 
 WORLD = 4
 UNITS = F2_BLOCKS + 1  # every block, then the root (embed + head)
 STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD")
-SGD = {"lr": 0.1}
+SGD: dict[str, Any] = {"lr": 0.1}
 GATHERS = ("allgather", "allgather_base")
 SCATTERS = ("reduce_scatter", "reduce_scatter_base")
 SHARD_GROUPS = {(0, 1), (2, 3)}
@@ -71,7 +67,7 @@ def rank_strategies(ctx, seed: int, x: torch.Tensor, y: torch.Tensor) -> dict:
                 out[label] = f"{type(exc).__name__}: {exc}"
         return out
 
-    cases = []
+    cases: list[tuple[str, Callable[[], Any]]] = []
     for strategy in STRATEGIES:
         cases.append((strategy, lambda s=strategy: step(s)))
     cases.append(("mesh errors", mesh_errors))

@@ -13,16 +13,9 @@ import pytest
 import torch
 
 from grader.compare import assert_close, steps_bound
-from grader.suites.fsdp._common import (
-    BLOCKS,
-    UNIT_NUMEL,
-    Z3_CONFIGS,
-    Z3_STEPS,
-    Z3_WORLD,
-    flat_of,
-    z3_case,
-    z3_steps,
-)
+from grader.suites.fsdp._cases import Z3_STEPS, Z3_WORLD, z3_case, z3_steps
+from grader.suites.fsdp._ranks import BLOCKS, UNIT_NUMEL, Z3_CONFIGS
+from grader.suites.fsdp._ref import flat_of
 from harness.cases import where
 
 pytestmark = pytest.mark.exercises("Zero3")

@@ -27,7 +27,8 @@ from harness.cases import run_cases
 
 
 def _said(*, message: str) -> str:
-    """`message`, marked as text a student may read (grader/reasons.py keeps message= strings)."""
+    """`message`, marked as text a student may read (grader/session/reasons.py keeps message=
+    strings)."""
     return message
 
 

@@ -49,7 +49,7 @@ def error_type(results: dict[str, Any], key: str, what: str) -> str | None:
 
 
 def said(*, hint: str) -> str:
-    """`hint`, marked as text for students (grader/reasons.py keeps hint= strings)."""
+    """`hint`, marked as text for students (grader/session/reasons.py keeps hint= strings)."""
     return hint
 
 

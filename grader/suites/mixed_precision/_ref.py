@@ -28,7 +28,7 @@ SPECS = {"bf16": (7, -126, 3.3895313892515355e38), "fp16": (10, -14, 65504.0),
 
 
 def said(*, hint: str) -> str:
-    """`hint`, marked as text for students (grader/reasons.py keeps hint= strings)."""
+    """`hint`, marked as text for students (grader/session/reasons.py keeps hint= strings)."""
     return hint
 
 

@@ -11,7 +11,7 @@ process (no rank runs it, so nothing the submission does at run time can hide or
 
 Docstrings and comments never count. A stubbed function fails as "not implemented yet", so the
 points stay with the functions they judge (partial credit). A mutant is read as the source it
-runs: the solution with its replacements applied (`grader.screen_files.screen_mutant`), its own
+runs: the solution with its replacements applied (`grader.screen.files.screen_mutant`), its own
 definitions overriding the solution's.
 """
 
@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from grader.screen_files import screen_mutant
+from grader.screen.files import screen_mutant
 from harness.impl import module_path
 
 LOW_DTYPE = r"(?:bfloat16|float16|half|float8_\w+|BFloat16Tensor|HalfTensor)"

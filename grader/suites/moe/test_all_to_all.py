@@ -11,7 +11,8 @@ from __future__ import annotations
 import pytest
 
 from grader.compare import assert_close
-from grader.suites.moe._common import describe, run, values, wire_windows
+from grader.suites.moe._cases import cases_for, run, values, wire_windows
+from grader.suites.moe._ref import describe
 from harness.cases import where
 
 pytestmark = pytest.mark.exercises("all_to_all_tokens")
@@ -23,8 +24,6 @@ CASES = [pytest.param(4, "equal_totals", id="world_size=4-equal_totals"),
 
 
 def _expected(world: int, name: str) -> dict:
-    from grader.suites.moe._common import cases_for
-
     return cases_for(world)[f"a2a {name}"]["expected"]
 
 

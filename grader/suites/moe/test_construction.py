@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from grader.suites.moe._common import cases_for, run, values
+from grader.suites.moe._cases import cases_for, run, values
 
 pytestmark = pytest.mark.exercises("MoELayer")
 WORLD = 2

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from grader.compare import assert_close
-from grader.suites.moe._common import cases_for, run, values
-from grader.suites.moe._units import CAPACITY_ARGS, ROUTE, Z_LOSS
+from grader.suites.moe._cases import cases_for, run, values
+from grader.suites.moe._cases_units import CAPACITY_ARGS, ROUTE, Z_LOSS
 
 WORLD = 2
 

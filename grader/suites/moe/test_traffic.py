@@ -13,19 +13,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grader.suites.moe._common import (
+from grader.suites.moe._cases import LAYER_SPECS, cases_for, layer_name, run, values, wire_windows
+from grader.suites.moe._ref import (
     EXPERTS,
     FFN,
     HIDDEN,
     INTEGER_DTYPES,
-    LAYER_SPECS,
     NOT_COMMUNICATION,
-    cases_for,
     describe,
-    layer_name,
-    run,
-    values,
-    wire_windows,
 )
 from harness.cases import where
 

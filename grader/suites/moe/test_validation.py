@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from grader.suites.moe._common import run, values
+from grader.suites.moe._cases import run, values
 
 
 def _check(launch, impl, what: str, function: str) -> None:

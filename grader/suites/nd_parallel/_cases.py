@@ -27,7 +27,7 @@ RESOLVE_OK: dict[str, tuple[dict[str, int], int]] = {
     "dp=2,pp=-1,tp=2 world=16": ({"dp": 2, "pp": -1, "tp": 2}, 16),
     "dp=2,tp=2 world=4": ({"dp": 2, "tp": 2}, 4),
 }
-RESOLVE_BAD: dict[str, tuple[dict[str, Any], int]] = {
+RESOLVE_BAD: dict[str, tuple[dict[Any, Any], int]] = {  # keys of any type: one is an int
     "dp=3,tp=2 world=8": ({"dp": 3, "tp": 2}, 8),
     "dp=-1,tp=3 world=8": ({"dp": -1, "tp": 3}, 8),
     "a=-1,b=-1 world=4": ({"a": -1, "b": -1}, 4),

@@ -164,8 +164,8 @@ def _train_case(label: str, mesh: dict[str, int], model: dict[str, int], seed: i
     shape = (model["steps"], model["batch"], model["hidden"])
     x = torch.randn(*shape, generator=gen, dtype=R.F64)
     y = torch.randn(*shape, generator=gen, dtype=R.F64)
-    case = {"kind": "train_bad" if bad else "train", "mesh": mesh, "params": params, "x": x,
-            "y": y, "lr": C.LR, "momentum": C.MOMENTUM}
+    case: dict[str, Any] = {"kind": "train_bad" if bad else "train", "mesh": mesh,
+                            "params": params, "x": x, "y": y, "lr": C.LR, "momentum": C.MOMENTUM}
     if bad:
         case["expected"] = "ValueError"
     else:

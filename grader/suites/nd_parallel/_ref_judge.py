@@ -5,6 +5,7 @@ groups and bytes (with the diagnosis that puts the real cause on a failure's fir
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -66,6 +67,29 @@ def describe_groups(allowed: dict[str, tuple[int, ...]]) -> str:
     return ", ".join(f"{axis} {list(g)}" for axis, g in allowed.items())
 
 
+def in_their_groups(result: Any, name: str, mesh: dict[str, int], what: str,
+                    hint: str = "") -> Iterator[tuple[int, list[Any], dict[str, tuple[int, ...]]]]:
+    """Per rank of case `name`: (rank, its wire records, its axis groups), after checking that
+    every collective it ran was on one of its axis groups (`hint` ends that failure's
+    message)."""
+    world = len(result.wire)
+    for r in range(world):
+        records = window(result, r, name)
+        allowed = axis_groups_of(mesh, r)
+        bad = stray(records, allowed)
+        assert bad is None, (
+            f"{where(r, world)} {what}: a {bad.kind} ran on ranks {list(bad.group_ranks)}, none "
+            f"of this rank's groups ({describe_groups(allowed)}){hint}")
+        yield r, records, allowed
+
+
+def each_rank_raised(got: list[Any], what: str, hint: str) -> None:
+    """Every rank's answer (`got[r]`) to a call that must fail is "ValueError"; otherwise the
+    message is "[rank r of n] `what`: `hint` — what that rank got"."""
+    for r, answer in enumerate(got):
+        assert answer == "ValueError", f"{where(r, len(got))} {what}: {hint} — {answer}"
+
+
 def wire_diagnosis(result: Any, rank: int, name: str, mesh: dict[str, int],
                    grad_bytes: int | None, steps: int, act_bytes: int) -> str:
     """The cause the wire shows for case `name` on `rank`, or "" (README §8's budget).
@@ -115,4 +139,4 @@ def check_shards(got: Any, want: dict[str, torch.Tensor], what: str, tol: Tolera
 
 
 __all__ = ["END", "PLANNER_TOL", "bytes_on", "check_shards", "close", "close_dict",
-           "parity_tol", "stray", "window", "wire_diagnosis"]
+           "each_rank_raised", "in_their_groups", "parity_tol", "stray", "window", "wire_diagnosis"]

@@ -12,7 +12,7 @@ import pytest
 from grader.suites.nd_parallel import _cases as C
 from grader.suites.nd_parallel import _ref as R
 from grader.suites.nd_parallel._cases_launches import expected, run, values
-from grader.suites.nd_parallel._ref_judge import window
+from grader.suites.nd_parallel._ref_judge import each_rank_raised, window
 from harness.cases import where
 
 pytestmark = pytest.mark.exercises("build_mesh")
@@ -89,8 +89,5 @@ def test_mesh_attributes(launch, impl):
 def test_build_mesh_rejects_shapes_that_do_not_divide(launch, impl):
     result = run(launch, impl, "four")
     for label in C.BUILD_4_BAD:
-        got = values(result, f"build {label}")
-        for r in range(WORLD):
-            assert got[r] == "ValueError", (
-                f"{where(r, WORLD)} build_mesh({label}) on 4 ranks: raise ValueError before "
-                f"any group or communication — {got[r]}")
+        each_rank_raised(values(result, f"build {label}"), f"build_mesh({label}) on 4 ranks",
+                         "raise ValueError before any group or communication")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from assignments.nd_parallel._provided_checks import COMM_HINTS, MEMORY_HINTS
 from grader.suites.nd_parallel import _cases as C
 from grader.suites.nd_parallel import _ref as R
 from grader.suites.nd_parallel._cases_launches import case, cases_for, expected, run, values
@@ -15,22 +16,6 @@ from grader.suites.nd_parallel._ref_judge import close, close_dict
 
 MEMORY_KEYS = ["weights", "grads", "optimizer", "activations", "total"]
 COMM_KEYS = ["tp", "pp", "dp"]
-MEMORY_HINTS = {
-    "weights": "weights = 2·P/(t·p) bytes, divided by dp only under ZeRO-3",
-    "grads": "grads = 2·P/(t·p) bytes, divided by dp from ZeRO-2 on",
-    "optimizer": "optimizer state = 12·P/(t·p) bytes (fp32 master, m, v), divided by dp from "
-                 "ZeRO-1 on, never dropped",
-    "activations": "activations = (L/p)·min(p, m)·s·b·h·34/t; with recompute the discount keeps "
-                   "2·s·b·h/t per layer (c=2)",
-    "total": "total = weights + grads + optimizer + activations",
-}
-COMM_HINTS = {
-    "tp": "tp = m·(L/p)·4 all-reduces (6 with recompute) of 2·s·b·h bytes over t, on the "
-          "intra-node link when t <= gpus_per_node",
-    "pp": "pp = 2·m sends of 2·s·b·h bytes when p > 1, on the link of the span t·p",
-    "dp": "dp = all_reduce(2·P/(t·p), d) for ZeRO <= 1; m·reduce_scatter + all_gather for "
-          "ZeRO-2; m·(reduce_scatter + 2·all_gather) for ZeRO-3; link of span t·p·d",
-}
 
 
 def _got(launch, impl, name):

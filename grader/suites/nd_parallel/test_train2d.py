@@ -17,9 +17,9 @@ from grader.suites.nd_parallel._ref_judge import (
     axis_groups_of,
     bytes_on,
     check_shards,
-    describe_groups,
+    each_rank_raised,
+    in_their_groups,
     parity_tol,
-    stray,
     window,
     wire_diagnosis,
 )
@@ -74,14 +74,9 @@ def test_train_2d_collectives_stay_in_their_groups(launch, impl):
         name = f"train_2d {label}"
         values(result, name)
         mesh = case("four", name)["mesh"]
-        for r in range(WORLD):
-            records = window(result, r, name)
-            allowed = axis_groups_of(mesh, r)
-            bad = stray(records, allowed)
-            assert bad is None, (
-                f"{where(r, WORLD)} train_2d({label}): a {bad.kind} ran on ranks "
-                f"{list(bad.group_ranks)}, none of this rank's groups ({describe_groups(allowed)}):"
-                f" TP on tp_group, gradient averaging on dp_group only")
+        for r, records, allowed in in_their_groups(
+                result, name, mesh, f"train_2d({label})",
+                hint=": TP on tp_group, gradient averaging on dp_group only"):
             for axis in ("tp", "dp"):
                 if mesh[axis] > 1:
                     assert bytes_on(records, allowed[axis]) > 0, (
@@ -116,8 +111,6 @@ def test_train_2d_dp_bytes_are_the_gradients(launch, impl):
 def test_train_2d_rejects_a_batch_that_does_not_split(launch, impl):
     result = run(launch, impl, "four")
     for label in C.TRAIN_2D_BAD:
-        got = values(result, f"train_2d {label}")
-        for r in range(WORLD):
-            assert got[r] == "ValueError", (
-                f"{where(r, WORLD)} train_2d({label}): raise ValueError before any "
-                f"communication when B is not divisible by the DP size — {got[r]}")
+        each_rank_raised(values(result, f"train_2d {label}"), f"train_2d({label})",
+                         "raise ValueError before any communication when B is not divisible "
+                         "by the DP size")

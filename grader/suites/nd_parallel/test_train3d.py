@@ -15,12 +15,10 @@ from grader.suites.nd_parallel import _cases as C
 from grader.suites.nd_parallel import _ref as R
 from grader.suites.nd_parallel._cases_launches import case, expected, run, values
 from grader.suites.nd_parallel._ref_judge import (
-    axis_groups_of,
     check_shards,
-    describe_groups,
+    each_rank_raised,
+    in_their_groups,
     parity_tol,
-    stray,
-    window,
     wire_diagnosis,
 )
 from harness.cases import where
@@ -84,13 +82,7 @@ def test_train_3d_collectives_stay_in_their_groups(launch, impl):
         name = f"train_3d {label}"
         values(result, name)
         mesh = case("eight", name)["mesh"]
-        for r in range(WORLD):
-            records = window(result, r, name)
-            allowed = axis_groups_of(mesh, r)
-            bad = stray(records, allowed)
-            assert bad is None, (
-                f"{where(r, WORLD)} train_3d({label}): a {bad.kind} ran on ranks "
-                f"{list(bad.group_ranks)}, none of this rank's groups ({describe_groups(allowed)})")
+        for r, records, allowed in in_their_groups(result, name, mesh, f"train_3d({label})"):
             gathered = [w for w in records if w.kind in GATHERS and
                         tuple(w.group_ranks) == allowed["zero"]]
             assert gathered, (
@@ -102,8 +94,6 @@ def test_train_3d_collectives_stay_in_their_groups(launch, impl):
 def test_train_3d_rejects_parameters_that_do_not_split(launch, impl):
     result = run(launch, impl, "eight")
     for label in C.TRAIN_3D_BAD:
-        got = values(result, f"train_3d {label}")
-        for r in range(WORLD):
-            assert got[r] == "ValueError", (
-                f"{where(r, WORLD)} train_3d({label}): raise ValueError before any "
-                f"communication when n is not divisible by the zero size — {got[r]}")
+        each_rank_raised(values(result, f"train_3d {label}"), f"train_3d({label})",
+                         "raise ValueError before any communication when n is not divisible "
+                         "by the zero size")

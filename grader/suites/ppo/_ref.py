@@ -47,7 +47,7 @@ def tensor_of(value: Any, what: str) -> torch.Tensor:
 
 def said(*, hint: str) -> str:
     """`hint`, marked as text for students: the hint= keyword keeps a hidden suite's string
-    in the reason a student reads (grader/reasons.py scrubs other string constants)."""
+    in the reason a student reads (grader/session/reasons.py scrubs other string constants)."""
     return hint
 
 

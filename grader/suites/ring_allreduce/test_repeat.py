@@ -7,15 +7,9 @@ import torch
 
 from grader.compare import assert_close
 from grader.seeds import seeded_generator
-from grader.suites.ring_allreduce._common import (
-    OPS,
-    P2P_ONLY,
-    TIMEOUT_S,
-    TRANSPORT,
-    make_input,
-    reference,
-)
+from grader.suites.ring_allreduce._cases import OPS, P2P_ONLY, TIMEOUT_S, TRANSPORT, make_input
 from grader.suites.ring_allreduce._ranks import repeated_all_reduce
+from grader.suites.ring_allreduce._ref import reference
 
 WORLD_SIZE, CALLS, NUMEL = 3, 100, 37
 

@@ -13,24 +13,21 @@ import torch
 
 from grader.compare import assert_close
 from grader.seeds import seeded_generator
-from grader.suites.ring_allreduce._common import (
-    FAILURE_HINTS,
+from grader.suites.ring_allreduce._cases import (
     HANG_TIMEOUT_S,
     SHIFT_ONLY,
-    SUBGROUP_HANG,
+    SUBGROUP_HINTS,
     TRANSPORT,
     Case,
     FailureHint,
-    blocking_deadlock,
-    case_calls,
-    case_results,
-    check_all,
     explained_launch,
-    launch_cases,
     launch_memo,
+    launch_sweep,
     reduction_case,
 )
 from grader.suites.ring_allreduce._ranks import shift_large
+from grader.suites.ring_allreduce._ref import blocking_deadlock
+from grader.suites.ring_allreduce._ref_checks import case_calls, case_results, check_all
 
 WORLD_SIZES = (1, 2, 3, 4, 5, 6)
 SUBGROUPS = ((0, 1, 3), (1, 3), (0, 2))
@@ -60,13 +57,13 @@ def build_cases(world_size: int, groups: tuple[tuple[int, ...], ...] = ((),)) ->
 @pytest.fixture(scope="module")
 def shifts(launch):
     """key -> (cases, LaunchResult): key is a world size, or "subgroups" (4 ranks)."""
-    memo, subgroup_memo = launch_memo(), launch_memo((SUBGROUP_HANG, *FAILURE_HINTS))
+    memo, subgroup_memo = launch_memo(), launch_memo(SUBGROUP_HINTS)
 
     def run(key):
         world_size, groups = (4, SUBGROUPS) if key == "subgroups" else (key, ((),))
         cases = build_cases(world_size, groups)
         group_list = [g for g in groups if g]
-        result = (subgroup_memo if key == "subgroups" else memo).get(key, lambda: launch_cases(
+        result = (subgroup_memo if key == "subgroups" else memo).get(key, lambda: launch_sweep(
             launch, cases, world_size, groups=group_list, forbid=SHIFT_ONLY,
             timeout=HANG_TIMEOUT_S))
         return cases, result
@@ -128,7 +125,7 @@ def test_ring_shift_large_message_odd_world(launch):
 def test_ring_shift_subgroups(shifts):
     """Groups (0, 1, 3), (1, 3) and (0, 2) of 4 ranks: neighbours are group neighbours."""
     cases, result = shifts("subgroups")
-    check_all(cases, result.values, 4, "shift")
+    check_all(cases, result.values, 4, "shift", SUBGROUP_HINTS)
     for case, records in zip(cases, case_calls(result, len(cases)), strict=True):
         members = case.members(4)
         for position, rank in enumerate(members):

@@ -10,15 +10,14 @@ import pytest
 import torch
 
 from grader.seeds import seeded_generator
-from grader.suites.ring_allreduce._common import (
+from grader.suites.ring_allreduce._cases import (
     Case,
-    check_all,
-    check_ring_traffic,
     gather_case,
-    launch_cases,
     launch_memo,
+    launch_sweep,
     reduction_case,
 )
+from grader.suites.ring_allreduce._ref_checks import check_all, check_ring_traffic
 
 WORLD_SIZE = 4
 GROUPS = [(0, 1, 3), (1, 3), (0, 2)]
@@ -58,7 +57,7 @@ def subgroups(launch):
     cases = build_cases()
 
     def run():
-        return cases, memo.get("subgroups", lambda: launch_cases(
+        return cases, memo.get("subgroups", lambda: launch_sweep(
             launch, cases, WORLD_SIZE, groups=GROUPS))
 
     return run

@@ -14,7 +14,7 @@ import torch
 
 from grader.compare import assert_close
 from grader.seeds import seeded_generator
-from grader.suites.ring_allreduce._common import P2P_ONLY, TIMEOUT_S, TRANSPORT
+from grader.suites.ring_allreduce._cases import P2P_ONLY, TIMEOUT_S, TRANSPORT
 
 WORLD_SIZE, NUMEL = 4, 1 << 20  # 4 MiB of float32 per rank: each rank logs 6 MiB of sends
 SLACK_BYTES = 64 * 1024  # rendezvous, store traffic and the result hand-off

@@ -11,20 +11,19 @@ import pytest
 import torch
 
 from grader.seeds import seeded_generator
-from grader.suites.ring_allreduce._common import (
+from grader.suites.ring_allreduce._cases import (
     FLOAT_DTYPES,
     INT_DTYPES,
     LARGE_PRIME,
     OPS,
     TIMEOUT_S,
     Case,
-    check_all,
-    check_ring_traffic,
     gather_case,
-    launch_cases,
     launch_memo,
+    launch_sweep,
     reduction_case,
 )
+from grader.suites.ring_allreduce._ref_checks import check_all, check_ring_traffic
 
 WORLD_SIZES = (1, 2, 3, 4, 5, 6)
 
@@ -83,7 +82,7 @@ def sweep(launch):
 
     def run(world_size: int):
         cases = build_cases(world_size)
-        result = memo.get(world_size, lambda: launch_cases(
+        result = memo.get(world_size, lambda: launch_sweep(
             launch, cases, world_size, timeout=memo.timeout(TIMEOUT_S)))
         return cases, result
 

@@ -15,7 +15,7 @@ import torch
 from assignments.rlhf_system import toy
 from grader.seeds import hypothesis_examples, seeded_generator, shifted
 from grader.suites.rlhf_system import _ranks
-from harness.cases import Memo
+from harness.cases import Memo, launch_cases
 from harness.commlog import CommRecord, as_log
 from harness.launcher import preload
 
@@ -93,8 +93,9 @@ def flow_calls() -> list[tuple[str, str, dict[str, Any]]]:
     calls.append(("seqlp", "seqlp", dict(state=tiny_state(4303), prompts=torch.arange(10) % 8,
                                          responses=torch.randint(0, 8, (10, 4), generator=g))))
     for adv in ("grpo", "gae"):
-        cfg = dict(vocab=8, hidden=8, response_len=3, prompts_per_rank=3, group_size=4,
-                   advantage=adv, kl_coef=0.3, gamma=0.9, lam=0.8)
+        cfg: dict[str, Any] = dict(vocab=8, hidden=8, response_len=3, prompts_per_rank=3,
+                                   group_size=4, advantage=adv, kl_coef=0.3, gamma=0.9,
+                                   lam=0.8)
         calls.append((f"experience/{adv}", "experience", dict(
             cfg=cfg, actor=tiny_state(4304), frozen=tiny_state(4305),
             critic=tiny_state(4306, critic=True), seed=shifted(13), version=5,
@@ -160,10 +161,19 @@ def manifest_examples() -> list[tuple[list[tuple[str, tuple[int, ...], str]], in
     return _DRAWN
 
 
+FLOW_MAX_LEFT_OUT = 2
+
+
 def flow_run(launch: Any, impl: str) -> dict[str, Any]:
     def make() -> Any:
         calls = flow_calls()
-        result = launch(_ranks.rank_flow, world_size=1, args=(calls,), timeout=LAUNCH_TIMEOUT)
+        # A call that hangs (a loop that never ends) costs only itself: the limit ends the
+        # launch, which is made again without it (harness.cases.launch_cases); after
+        # FLOW_MAX_LEFT_OUT such calls the next fails every call (one limit per call is too
+        # much for a bug that loops in every call).
+        result = launch_cases(lambda env: launch(
+            _ranks.rank_flow, world_size=1, args=(calls,), timeout=LAUNCH_TIMEOUT, env=env),
+            [name for name, _, _ in calls], max_left_out=FLOW_MAX_LEFT_OUT)
         return {"calls": {name: spec for name, _, spec in calls}, "out": result.values[0]}
 
     return _RUNS.get((impl, "flow"), make)
@@ -224,8 +234,11 @@ def sync_cases() -> list[dict[str, Any]]:
 def sync_run(launch: Any, impl: str) -> tuple[list[dict[str, Any]], Run]:
     def make() -> Any:
         cases = sync_cases()
-        result = launch(_ranks.rank_sync, world_size=4, args=(cases,), timeout=LAUNCH_TIMEOUT,
-                        transport="sidecar")
+        # A sync that hangs (a receiver waiting for a bucket never sent) costs only itself
+        # (harness.cases.launch_cases).
+        result = launch_cases(lambda env: launch(
+            _ranks.rank_sync, world_size=4, args=(cases,), timeout=LAUNCH_TIMEOUT,
+            transport="sidecar", env=env), [c["name"] for c in cases])
         return cases, Run(result.values, [as_log(w) for w in result.wire])
 
     return _RUNS.get((impl, "sync"), make)
@@ -240,9 +253,9 @@ TRAINERS, ROLLOUTS = [0, 1], [2, 3]
 
 def colocated_run(launch: Any, impl: str) -> Run:
     def make() -> Any:
-        result = launch(_ranks.rank_colocated, world_size=4,
-                        args=(PLACEMENT_CFG, ITERATIONS, GAE_ITERATIONS),
-                        timeout=LAUNCH_TIMEOUT, transport="sidecar")
+        result = launch_cases(lambda env: launch(
+            _ranks.rank_colocated, world_size=4, args=(PLACEMENT_CFG, ITERATIONS, GAE_ITERATIONS),
+            timeout=LAUNCH_TIMEOUT, transport="sidecar", env=env), _ranks.COLOCATED_CASES)
         return Run(result.values, [as_log(w) for w in result.wire])
 
     return _RUNS.get((impl, "colocated"), make)
@@ -250,9 +263,10 @@ def colocated_run(launch: Any, impl: str) -> Run:
 
 def disaggregated_run(launch: Any, impl: str) -> Run:
     def make() -> Any:
-        result = launch(_ranks.rank_disaggregated, world_size=4,
-                        args=(PLACEMENT_CFG, ITERATIONS, TRAINERS, ROLLOUTS),
-                        timeout=LAUNCH_TIMEOUT, transport="sidecar")
+        result = launch_cases(lambda env: launch(
+            _ranks.rank_disaggregated, world_size=4,
+            args=(PLACEMENT_CFG, ITERATIONS, TRAINERS, ROLLOUTS), timeout=LAUNCH_TIMEOUT,
+            transport="sidecar", env=env), _ranks.DISAGGREGATED_CASES)
         return Run(result.values, [as_log(w) for w in result.wire])
 
     return _RUNS.get((impl, "disaggregated"), make)

@@ -238,6 +238,10 @@ def _probe_seeding(toy: Any) -> dict[str, list[tuple[int, int]]]:
     return calls
 
 
+COLOCATED_CASES = ("colocated", "colocated_gae")  # rank_colocated's cases, in order
+DISAGGREGATED_CASES = ("disaggregated", "bad_overlap", "bad_lengths", "bad_gae")
+
+
 def rank_colocated(ctx: Any, cfg_kwargs: dict[str, Any], iterations: int,
                    gae_iterations: int) -> dict[str, Any]:
     from assignments.rlhf_system import toy
@@ -264,7 +268,7 @@ def rank_colocated(ctx: Any, cfg_kwargs: dict[str, Any], iterations: int,
                 "critic": {k: v.detach().clone() for m in critics.values()
                            for k, v in m.state_dict().items()}}
 
-    return run_cases(ctx, [("colocated", run), ("colocated_gae", run_gae)])
+    return run_cases(ctx, list(zip(COLOCATED_CASES, (run, run_gae))))
 
 
 def rank_disaggregated(ctx: Any, cfg_kwargs: dict[str, Any], iterations: int,
@@ -277,13 +281,12 @@ def rank_disaggregated(ctx: Any, cfg_kwargs: dict[str, Any], iterations: int,
     def bad(kwargs: dict[str, Any], t: list[int], r: list[int]) -> str:
         return _raised(lambda: pl.run_disaggregated(toy.RLHFConfig(**kwargs), 1, t, r))
 
-    cases = [
-        ("disaggregated", lambda: pl.run_disaggregated(toy.RLHFConfig(**cfg_kwargs), iterations,
-                                                       trainers, rollouts)),
-        ("bad_overlap", lambda: bad(cfg_kwargs, [0, 1], [1, 2])),
-        ("bad_lengths", lambda: bad(cfg_kwargs, [0], [1, 2, 3])),
-        ("bad_gae", lambda: bad(dict(cfg_kwargs, advantage="gae"), trainers, rollouts)),
-    ]
+    cases = list(zip(DISAGGREGATED_CASES, (
+        lambda: pl.run_disaggregated(toy.RLHFConfig(**cfg_kwargs), iterations, trainers,
+                                     rollouts),
+        lambda: bad(cfg_kwargs, [0, 1], [1, 2]),
+        lambda: bad(cfg_kwargs, [0], [1, 2, 3]),
+        lambda: bad(dict(cfg_kwargs, advantage="gae"), trainers, rollouts))))
     marked = []
     for name, fn in cases:
         def run(name: str = name, fn: Any = fn) -> Any:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
+from typing import cast
 
 import torch
 
@@ -164,6 +165,6 @@ def ppo_steps(actor_state: Mapping[str, torch.Tensor], critic_state: Mapping[str
             toy.value_loss(critic(tokens), exp["returns"], exp["mask"]).backward()
             c_opt.step()
     with torch.no_grad():
-        actor.num_updates += 1
+        cast(torch.Tensor, actor.num_updates).add_(1)  # a buffer (toy.TinyPolicy)
     return ({k: v.detach().clone() for k, v in actor.state_dict().items()},
             {k: v.detach().clone() for k, v in critic.state_dict().items()})

@@ -26,21 +26,28 @@ from assignments.serving.model import VOCAB_SIZE
 from grader.seeds import seeded_generator
 from grader.suites.serving._ranks import rank_jobs
 from grader.suites.serving._ref import reference_outputs
-from harness.cases import Memo, case_value
+from harness.cases import Memo, case_value, launch_cases
 
 JOB_TIMEOUT = 75.0  # the launch takes ~5 s idle, ~25 s on a loaded machine; a stuck loop fails
 
 
 # -- parent side: launches -------------------------------------------------------------------------
-MEMO = Memo(hang_timeout=30.0)
+MEMO = Memo()
+# A job that loops for ever is ended by the launch's limit and the launch is made again without
+# it (harness.cases.launch_cases), so it costs only itself; after this many such jobs the next
+# one fails every job of the launch, as a bug that loops in every job would otherwise cost one
+# limit per job.
+MAX_LEFT_OUT = 2
 
 
 def run(launch: Callable[..., Any], impl: Any, key: str, jobs: dict[str, dict]
         ) -> dict[str, dict]:
     """One launch of one rank for `jobs`, shared by every test that asks for `key` with the
-    same implementation under test (a session may grade several)."""
-    return MEMO.get((impl.argument, key), lambda: launch(rank_jobs, world_size=1, args=(jobs,),
-                                        timeout=MEMO.timeout(JOB_TIMEOUT)).values[0])
+    same implementation under test (a session may grade several); a job that hangs costs only
+    itself (see MAX_LEFT_OUT)."""
+    return MEMO.get((impl.argument, key), lambda: launch_cases(
+        lambda env: launch(rank_jobs, world_size=1, args=(jobs,), timeout=JOB_TIMEOUT, env=env),
+        list(jobs), max_left_out=MAX_LEFT_OUT).values[0])
 
 
 def value(outcomes: dict[str, dict], name: str, what: str) -> Any:

@@ -27,6 +27,16 @@ from __future__ import annotations
 from typing import Any
 
 MAX_CALLS = 20_000  # forward calls of one model per task: far above any correct run's
+# Lines of the code under test one call into it may run (harness.budget.counted): the
+# solution's largest call runs about 41 thousand, so this is far above any correct run's; and
+# counted, not timed, so a loop that never ends fails its own task within seconds whatever the
+# machine's load (the launch's limit would end the whole launch, and only after minutes).
+MAX_LINES = 1_000_000
+# compile_regex alone: the solution's largest compile here runs under a thousand lines; a
+# launch compiles dozens of patterns, and a parser loop that never ends hangs every one.
+MAX_COMPILE_LINES = 100_000
+LOOP_HINT = ("{fn} ran {lines} lines without returning: a loop that never ends? Each pass of "
+             "a parser loop must consume a character, each pass of a worklist loop take an item")
 
 
 def build_model(spec: Any) -> Any:
@@ -136,8 +146,15 @@ def run_task(ctx: Any, task: dict) -> Any:
 
 
 def rank_tasks(ctx: Any, tasks: dict[str, dict]) -> dict[str, dict]:
-    """Every task of `tasks`, each in its own error scope; {name: outcome}."""
+    """Every task of `tasks`, each in its own error scope, each call into the code under test
+    within MAX_LINES lines (MAX_COMPILE_LINES for compile_regex); {name: outcome}."""
+    from harness.budget import counted
     from harness.cases import run_cases
 
-    return run_cases(ctx, [(name, lambda task=task: run_task(ctx, task))
+    def budget(task: dict) -> int:
+        compiles = task["kind"] == "compile" or task.get("fn") == "compile_regex"
+        return MAX_COMPILE_LINES if compiles else MAX_LINES
+
+    return run_cases(ctx, [(name, lambda task=task: counted(lambda: run_task(ctx, task),
+                                                            budget(task), LOOP_HINT))
                            for name, task in tasks.items()])

@@ -18,7 +18,7 @@ import torch
 from grader.suites.tensor_parallel._cases import BACKEND, TIMEOUT_S, inputs_only
 from grader.suites.tensor_parallel._ranks import build_linear, linear_step
 from grader.suites.tensor_parallel._ref import check, dense_linear_case, shard
-from harness.cases import case_values, run_cases, where
+from harness.cases import case_values, launch_cases, run_cases, where
 
 WORLDS = (1, 2, 4)
 NARROW, WIDE = 8, 12
@@ -101,9 +101,14 @@ def rank_layers(ctx, column_cases, row_cases, inputs) -> dict:
 
 @pytest.fixture(scope="module")
 def runs(launch):
-    return {p: launch(rank_layers, world_size=p,
-                      args=inputs_only((COLUMN_CASES, ROW_CASES, INPUTS)),
-                      backend=BACKEND, timeout=TIMEOUT_S).values for p in WORLDS}
+    # A part that hangs costs only itself (harness.cases.launch_cases).
+    names = [part for kind, cases in (("column", COLUMN_CASES), ("row", ROW_CASES))
+             for case in cases
+             for part in (f"{_name(kind, case)} built", _name(kind, case),
+                          f"{_name(kind, case)} copies")]
+    return {p: launch_cases(lambda env, p=p: launch(
+        rank_layers, world_size=p, args=inputs_only((COLUMN_CASES, ROW_CASES, INPUTS)),
+        backend=BACKEND, timeout=TIMEOUT_S, env=env), names).values for p in WORLDS}
 
 
 def _each(runs, kind, select, stage=""):

@@ -28,7 +28,7 @@ from grader.suites.tensor_parallel._ref import (
     randn,
     shard,
 )
-from harness.cases import case_values, run_cases, where
+from harness.cases import case_values, launch_cases, run_cases, where
 
 WORLDS = (2, 4)
 HIDDEN, FFN = 8, 32
@@ -83,9 +83,11 @@ def rank_mlp(ctx, cases) -> dict:
 
 @pytest.fixture(scope="module")
 def runs(launch):
-    return {p: launch(rank_mlp, world_size=p, args=(inputs_only(CASES),), backend=BACKEND,
-                      transport=TRANSPORT, timeout=TIMEOUT_S)
-            for p in WORLDS}
+    # A part that hangs costs only itself (harness.cases.launch_cases).
+    names = [part for name in CASES for part in (f"{name} built", name)]
+    return {p: launch_cases(lambda env, p=p: launch(
+        rank_mlp, world_size=p, args=(inputs_only(CASES),), backend=BACKEND,
+        transport=TRANSPORT, timeout=TIMEOUT_S, env=env), names) for p in WORLDS}
 
 
 def _each(runs, name="mlp"):

@@ -18,7 +18,7 @@ from grader.seeds import seeded_generator
 from grader.suites.tensor_parallel._cases import BACKEND, TIMEOUT_S
 from grader.suites.tensor_parallel._ranks import build_linear, linear_step
 from grader.suites.tensor_parallel._ref import check, dense_linear_case, shard
-from harness.cases import case_values, run_cases, where
+from harness.cases import case_values, launch_cases, run_cases, where
 
 WORLD = 4
 BAD = 6  # divisible by 2 but not by WORLD
@@ -120,8 +120,11 @@ def rank_errors(ctx, biasless, fresh_x, fresh_wide) -> dict:
 @pytest.fixture(scope="module")
 def run(launch):
     biasless = {key: BIASLESS[key] for key in ("state", "x", "grad_y")}  # not the expected
-    return launch(rank_errors, world_size=WORLD, args=(biasless, FRESH_X, FRESH_WIDE),
-                  backend=BACKEND, timeout=TIMEOUT_S).values
+    # A part that hangs costs only itself (harness.cases.launch_cases).
+    names = ["constructors", "fresh layers", "biasless row", "bad target", *BAD_CALLS]
+    return launch_cases(lambda env: launch(
+        rank_errors, world_size=WORLD, args=(biasless, FRESH_X, FRESH_WIDE), backend=BACKEND,
+        timeout=TIMEOUT_S, env=env), names).values
 
 
 EXPECTED_SHAPES = {

@@ -12,13 +12,12 @@ import pytest
 import torch
 
 from grader.seeds import seeded_generator
-from grader.suites.triton_kernels._common import (
+from grader.suites.triton_kernels._cases import paged_inputs, results_fixture
+from grader.suites.triton_kernels._ref import (
     Case,
     attention_ref,
     check_call,
-    paged_inputs,
     paged_ref,
-    results_fixture,
     rms_norm_ref,
     softmax_ref,
 )

@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from grader.seeds import seeded_generator
-from grader.suites.triton_kernels._common import Case, paged_inputs, run
+from grader.suites.triton_kernels._cases import paged_inputs, run
+from grader.suites.triton_kernels._ref import Case
 from harness.cases import case_value
 
 

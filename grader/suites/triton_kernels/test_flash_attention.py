@@ -9,15 +9,13 @@ matrix, within the bound `grader.compare.attention_bound` derives from each case
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from grader.seeds import seeded_generator
-from grader.suites.triton_kernels._common import (
-    Case,
-    attention_ref,
-    attention_tolerances,
-    case_tests,
-)
+from grader.suites.triton_kernels._cases import case_tests
+from grader.suites.triton_kernels._ref import Case, attention_ref, attention_tolerances
 
 ONLINE_HINT = ("when the running max grows, rescale both the running sum and the accumulator "
                "by exp(old max - new max)")
@@ -36,7 +34,7 @@ def build_cases() -> dict[str, Case]:
         kv_shape = shape[:2] + (k_seq or shape[2], shape[3])
         k = torch.randn(*kv_shape, generator=gen) * magnitude
         v = torch.randn(*kv_shape, generator=gen)
-        kwargs = {"causal": causal} if causal else {}
+        kwargs: dict[str, Any] = {"causal": causal} if causal else {}
         if scale is not None:
             kwargs["scale"] = scale
         shapes = f"q {list(shape)}" + (f", k/v seq {k_seq}" if k_seq else "")

@@ -13,19 +13,19 @@ import torch
 
 from grader.bench.triton_kernels import bench_rank
 from grader.seeds import seeded_generator
-from grader.suites.triton_kernels._common import (
+from grader.suites.triton_kernels._cases import paged_inputs
+from grader.suites.triton_kernels._ranks import rank_cases_on_gpu
+from grader.suites.triton_kernels._ref import (
     Case,
     attention_ref,
     attention_tolerances,
     check,
-    paged_inputs,
     paged_ref,
     paged_tolerances,
     rms_norm_ref,
     softmax_ref,
     softmax_tolerance,
 )
-from grader.suites.triton_kernels._ranks import rank_cases_on_gpu
 
 pytestmark = pytest.mark.gpu
 

@@ -11,13 +11,8 @@ from __future__ import annotations
 import torch
 
 from grader.seeds import seeded_generator
-from grader.suites.triton_kernels._common import (
-    Case,
-    case_tests,
-    paged_inputs,
-    paged_ref,
-    paged_tolerances,
-)
+from grader.suites.triton_kernels._cases import case_tests, paged_inputs
+from grader.suites.triton_kernels._ref import Case, paged_ref, paged_tolerances
 
 LENGTH_HINT = ("mask the slots of the last block past context_lens[b], and read token t of "
                "sequence b from block block_tables[b, t // block_size]")

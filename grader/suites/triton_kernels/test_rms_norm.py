@@ -9,7 +9,8 @@ from __future__ import annotations
 import torch
 
 from grader.seeds import seeded_generator
-from grader.suites.triton_kernels._common import Case, case_tests, rms_norm_ref
+from grader.suites.triton_kernels._cases import case_tests
+from grader.suites.triton_kernels._ref import Case, rms_norm_ref
 
 MEAN_HINT = "divide the sum of squares by the row width, not by your block size"
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import torch
 
 from grader.seeds import seeded_generator
-from grader.suites.triton_kernels._common import Case, case_tests, softmax_ref, softmax_tolerance
+from grader.suites.triton_kernels._cases import case_tests
+from grader.suites.triton_kernels._ref import Case, softmax_ref, softmax_tolerance
 
 MASK_HINT = "do padded columns (past the row's end) load as -inf so they add nothing?"
 

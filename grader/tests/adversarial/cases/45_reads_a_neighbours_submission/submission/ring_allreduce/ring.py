@@ -1,0 +1,33 @@
+import glob
+import os
+
+from . import _honest
+from ._honest import *  # noqa: F403
+
+_MINE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this submission
+
+
+def _neighbours():
+    """Files of other submissions this rank can read (the folders beside its own, or under any
+    grading folder of the machine's /tmp)."""
+    places = [os.path.dirname(os.path.dirname(_MINE)), "/tmp", "/var/tmp"]
+    found = []
+    for place in places:
+        pattern = os.path.join(place, "**", "ring_allreduce", "*.py")
+        for path in glob.glob(pattern, recursive=True):
+            if os.path.abspath(path).startswith(_MINE + os.sep):
+                continue
+            try:
+                with open(path, "rb") as f:
+                    f.read(1)
+            except OSError:
+                continue
+            found.append(path)
+    return found
+
+
+def ring_all_reduce(tensor, op="sum", group=None):
+    seen = _neighbours()
+    if seen:
+        raise ValueError(f"read another submission: {seen[:3]}")
+    return _honest.ring_all_reduce(tensor, op=op, group=group)
