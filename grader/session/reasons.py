@@ -36,10 +36,10 @@ failure's first line and, before it reaches any report or progress line:
 - cut to `grader.report.results.REASON_CHARS`.
 
 What is collected comes from the hidden suite files with `ast` (never imported here), once per
-set of hidden roots. Public vocabulary — every identifier and text of the assignments' READMEs
-and public tests and of the harness, which students can read anyway — is never scrubbed, so
-`ring_all_reduce` or "not implemented yet" keep their place in a reason. What this cannot stop
-(a message that encodes what it read, a number it quotes) is in docs/trust.md.
+set of hidden roots. Public vocabulary — every identifier and text of the assignments' READMEs,
+public tests and provided modules and of the harness, which students can read anyway — is never
+scrubbed, so `ring_all_reduce` or "not implemented yet" keep their place in a reason. What this
+cannot stop (a message that encodes what it read, a number it quotes) is in docs/trust.md.
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from grader.manifest import load_manifest
 from grader.report.markdown_safe import clean
 from grader.report.results import REASON_CHARS, clip_reason
 from harness.errors import NotImplementedInRank
@@ -420,10 +421,14 @@ def _distinctive(name: str) -> bool:
 
 @functools.lru_cache(maxsize=1)
 def _public() -> tuple[frozenset[str], str]:
-    """Identifiers and text students can read anyway: the assignments' READMEs and public
-    tests, the harness, the grader's rank-side modules; Python's builtins and keywords."""
+    """Identifiers and text students can read anyway: the assignments' READMEs, public tests and
+    provided modules (never the modules a student edits: in a pull request's grading those are
+    the student's, and words they could choose must not unblank a hidden one), the harness, the
+    grader's rank-side modules; Python's builtins and keywords."""
+    provided = [REPO_ROOT / "assignments" / a.id / f"{name}.py"
+                for a in load_manifest().assignments for name in a.provided]
     files = [*REPO_ROOT.glob("assignments/*/README.md"),
-             *REPO_ROOT.glob("assignments/*/test_*.py"),
+             *REPO_ROOT.glob("assignments/*/test_*.py"), *provided,
              *REPO_ROOT.glob("harness/*.py"),
              REPO_ROOT / "grader" / "compare.py", REPO_ROOT / "grader" / "seeds.py",
              REPO_ROOT / "grader" / "report" / "results.py"]

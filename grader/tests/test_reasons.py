@@ -94,6 +94,26 @@ def test_messages_words_and_public_names_survive(hidden_root):
     assert reasons.failure_reason(KeyError("x"), [hidden_root]) == ("KeyError: 'x'", "error")
 
 
+def test_provided_modules_are_public_and_editable_modules_are_not(tmp_path, monkeypatch):
+    """A name only a provided module uses (students read it) is public; the modules a student
+    edits are not read: in a pull request's grading they hold the student's own words."""
+    from grader.manifest import load_manifest
+
+    a = next(a for a in load_manifest().assignments if a.provided)
+    folder = tmp_path / "assignments" / a.id
+    folder.mkdir(parents=True)
+    (folder / f"{a.provided[0]}.py").write_text("zz_provided_word_17 = 1\n", encoding="utf-8")
+    (folder / f"{a.modules[0]}.py").write_text("zz_student_word_17 = 1\n", encoding="utf-8")
+    monkeypatch.setattr(reasons, "REPO_ROOT", tmp_path)
+    reasons._public.cache_clear()
+    try:
+        words, _ = reasons._public()
+    finally:
+        reasons._public.cache_clear()
+    assert "zz_provided_word_17" in words
+    assert "zz_student_word_17" not in words
+
+
 def test_invisible_characters_cannot_hide_a_name_from_the_scrub(hidden_root):
     text = reason(AssertionError("rank_secret\u200b_probe SECRET\u2060_SIZES"), hidden_root)
     assert "secret" not in text.lower(), text
