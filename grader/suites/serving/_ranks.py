@@ -20,6 +20,12 @@ from typing import Any
 MAX_CALLS = 200  # step() calls per engine job; the solution needs at most about 75
 IDLE_CALLS = 3  # step() calls in a row without a forward before a job is given up
 SEED_STRIDE = 4096  # engine.sample's documented seed: request.seed * 4096 + len(output)
+# Lines of the code under test one call into it may run (harness.budget.counted), far above any
+# correct call's; counted, not timed, so a scheduler loop that never ends (a preemption that
+# frees nothing) fails its own job within seconds, idle or loaded, instead of the launch's limit.
+MAX_LINES = 2_000_000
+LOOP_HINT = ("{fn} ran {lines} lines without returning: a loop that never ends? Each pass of a "
+             "loop that makes room must free blocks (preempt, evict) or give up")
 
 
 def _modules(ctx: Any) -> dict[str, Any]:
@@ -29,12 +35,16 @@ def _modules(ctx: Any) -> dict[str, Any]:
 
 
 def rank_jobs(ctx: Any, jobs: dict[str, dict]) -> dict[str, dict]:
+    """Every job of `jobs`, each in its own error scope, each call into the code under test
+    within MAX_LINES lines; {name: outcome}."""
+    from harness.budget import counted
     from harness.cases import run_cases
 
     mods = _modules(ctx)
     runners = {"engine": run_engine_job, "radix": run_radix_job, "sample": run_sample_job,
                "errors": run_error_job, "generate": run_generate_job}
-    return run_cases(ctx, [(name, lambda job=job: runners[job["kind"]](mods, job))
+    return run_cases(ctx, [(name, lambda job=job: counted(lambda: runners[job["kind"]](mods, job),
+                                                          MAX_LINES, LOOP_HINT))
                            for name, job in jobs.items()])
 
 
