@@ -20,8 +20,9 @@ the earliest failure first; ranks that returned None for the case (not in its gr
 Keeping the ranks in step. A case that raised on one rank may leave the others inside a
 collective it never joins. After each case, so, the ranks meet on the rendezvous store (not
 through `torch.distributed`, so the meeting is neither logged nor subject to `Forbid`). A rank
-whose case raised waits `abort_after` seconds for the others; if they do not come, it takes the
-ranks out of the collective (gloo): it shuts its connections to the other ranks, so a peer
+whose case raised waits `abort_after` seconds for the others (a quarter second, or two where
+the ranks had subgroups before their cases: see `ABORT_AFTER_S`); if they do not come, it takes
+the ranks out of the collective (gloo): it shuts its connections to the other ranks, so a peer
 blocked on it gets an error, fails the same case, shuts its own connections in turn, and comes
 to the meeting. Under the sidecar transport (harness/sidecar.py) the rank holds no connection:
 it asks its sidecar to shut the sidecar's own (`sidecar.abort`), which fails the peers' pending
@@ -92,7 +93,13 @@ __all__ = ["CASE_LOG_ENV", "SKIP_ENV", "Memo", "RankCase", "capture", "case_valu
            "case_values", "launch_cases", "plain", "run_cases", "shut_connections", "where"]
 
 SYNC_TIMEOUT_S = 20.0
+# How long a rank whose case raised waits for the others before it frees them: long where the
+# ranks had subgroups before their cases (freeing them rebuilds the groups, and the later cases
+# cannot run, so a peer that is merely slow must get the time to arrive by itself), short where
+# they had none (a rebuild then changes no outcome: freeing a slow peer early only costs it the
+# case, which has failed already).
 ABORT_AFTER_S = 2.0
+QUICK_ABORT_AFTER_S = 0.25
 IMPL_PACKAGE = "mlsys_impl."  # harness.impl registers the code under test under this package
 MAX_MESSAGE_CHARS = 2000
 MAX_TRACEBACK_CHARS = 3000
@@ -277,7 +284,7 @@ class _Meeting:
     rank: int
     world_size: int
     sync_timeout: float
-    abort_after: float
+    abort_after: float | None  # None: ABORT_AFTER_S with subgroups from before, else quick
 
 
 def _meet(m: _Meeting, key: str, pending: tuple[str, BaseException] | None) -> str:
@@ -289,10 +296,7 @@ def _meet(m: _Meeting, key: str, pending: tuple[str, BaseException] | None) -> s
     _arrive(store, f"{key}/reached", m.world_size)  # `reached/all`: no rank is in a collective
     if pending is not None and _can_abort():
         if store.add(abort_key, 0) == 0:  # no rank has shut its connections yet
-            try:
-                store.wait([f"{key}/reached/all"], timedelta(seconds=m.abort_after))
-            except Exception:  # noqa: BLE001 - torch raises a RuntimeError subclass on timeout
-                pass
+            _wait_for(store, f"{key}/reached/all", _abort_after(m))
         if not store.check([f"{key}/reached/all"]):
             # Not before every rank has its connections up: a peer still connecting would fail.
             store.wait([f"{m.prefix}/started/all"], timedelta(seconds=m.sync_timeout))
@@ -320,6 +324,26 @@ def _meet(m: _Meeting, key: str, pending: tuple[str, BaseException] | None) -> s
     return bytes(store.get(f"{key}/cause")).decode(errors="replace")
 
 
+def _abort_after(m: _Meeting) -> float:
+    """Seconds a failed rank waits for the others before freeing them (see ABORT_AFTER_S)."""
+    if m.abort_after is not None:
+        return m.abort_after
+    # Every rank has counted its subgroups once every rank has started.
+    m.store.wait([f"{m.prefix}/started/all"], timedelta(seconds=m.sync_timeout))
+    return ABORT_AFTER_S if m.store.add(f"{m.prefix}/subgroups", 0) else QUICK_ABORT_AFTER_S
+
+
+def _wait_for(store: Any, key: str, seconds: float) -> bool:
+    """Whether `key` is set within `seconds` (polled: the file store's own wait rounds its
+    limit up to whole seconds)."""
+    deadline = time.monotonic() + seconds
+    while not store.check([key]):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
 def _subgroups() -> int:
     """Process groups of this rank besides the default one."""
     from torch.distributed import distributed_c10d
@@ -339,10 +363,13 @@ def _not_run(cause: str) -> dict[str, Any]:
 
 def run_cases(ctx: Any, cases: Iterable[RankCase | tuple[str, Callable[[], Any]]], *,
               sync_timeout: float = SYNC_TIMEOUT_S,
-              abort_after: float = ABORT_AFTER_S) -> dict[str, dict[str, Any]]:
+              abort_after: float | None = None) -> dict[str, dict[str, Any]]:
     """Run each case in its own error scope, meeting the other ranks after each; {name: outcome}.
 
-    Call it with the same cases in the same order on every rank (see the module doc)."""
+    Call it with the same cases in the same order on every rank (see the module doc).
+    `abort_after`: seconds a rank whose case raised waits for the others before freeing them;
+    None: `ABORT_AFTER_S` where the ranks had subgroups before their cases, else
+    `QUICK_ABORT_AFTER_S`."""
     _meetings[0] += 1
     meeting = None
     if ctx.world_size > 1:

@@ -251,6 +251,7 @@ def _launch_once(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[
     tokens = [new_token() if transport == "sidecar" else "" for _ in range(world_size)]
     started = time.monotonic()
     group = _new_launch_group(world_size)
+    early_survivors: list[str] = []
     failed = True
     wire_error: WireMismatchError | None = None
     try:
@@ -288,7 +289,7 @@ def _launch_once(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[
         results = [payload.load(job.path("result.pt"), max_result_bytes,
                                 who=f"rank {job.rank} of {world_size}") for job in jobs]
         try:
-            wire = sidecars.records() if sidecars is not None else None
+            wire = _wire_records(sidecars, procs, group, early_survivors)
         except WireMismatchError as exc:
             # A process the rank left behind may hold its sidecar connection open, so the log is
             # never written: the survivor check below names that cause, this error otherwise.
@@ -306,7 +307,7 @@ def _launch_once(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[
             proc.join(timeout=5)
         with _lock:
             _live_ranks.difference_update(proc.pid for proc in procs)
-        survivors = _end_survivors(group)
+        survivors = early_survivors + _end_survivors(group)
         if spec.text == calltrace.traced_impl():
             calltrace.report(calltrace.read_ranks(
                 os.path.join(workdir, f"rank{r}", f"rank{r}.calls.json")
@@ -340,6 +341,28 @@ def _launch_once(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[
     return LaunchResult(values=values, comm=comm, wall_s=time.monotonic() - started,
                         backend=chosen_backend, written_bytes=written, transport=transport,
                         wire=None if wire is None else [carried(records) for records in wire])
+
+
+WIRE_LOG_QUICK_S = 1.0  # an idle machine's sidecars write their logs within a tenth of that
+
+
+def _wire_records(sidecars: SidecarSet | None, procs: list[Any],
+                  group: cgroups.LaunchGroup | None,
+                  survivors: list[str]) -> list[list[WireRecord]] | None:
+    """The sidecars' logs (None without sidecars). A sidecar writes its log when its rank's
+    connection closes, and a process the rank left behind (a daemon) holds that connection
+    open: when the logs are not there at once, such processes are ended (named in
+    `survivors`, which the caller reports) before the long wait, which would otherwise last
+    until its limit."""
+    if sidecars is None:
+        return None
+    try:
+        return sidecars.records(wait_s=WIRE_LOG_QUICK_S)
+    except WireMismatchError:
+        for proc in procs:
+            proc.join(timeout=5)
+        survivors += _sweep_survivors(group)[0]
+        return sidecars.records()
 
 
 def _judge_wire(wire: list[list[WireRecord]], comm: list[list[CommRecord]],
@@ -434,10 +457,19 @@ SURVIVOR_GRACE_S = 1.0
 
 def _end_survivors(group: cgroups.LaunchGroup | None) -> list[str]:
     """After the ranks are gone: what of the launch is still alive (its control group, and the
-    processes below the forkserver that belong to no running launch), named, then killed.
+    processes below the forkserver that belong to no running launch), named, then killed; the
+    control group is then ended."""
+    named, found = _sweep_survivors(group)
+    if group is not None:
+        left = group.end()
+        named += [f"pid {pid}: still alive after the kill" for pid in sorted(left - found)]
+    return named
 
-    Killed ranks can take a moment to exit, so a process counts only if it is still there
-    after `SURVIVOR_GRACE_S`."""
+
+def _sweep_survivors(group: cgroups.LaunchGroup | None) -> tuple[list[str], set[int]]:
+    """What of the launch is still alive after its ranks are gone, named, then killed (the
+    control group stays). Killed ranks can take a moment to exit, so a process counts only if
+    it is still there after `SURVIVOR_GRACE_S`."""
     deadline = time.monotonic() + SURVIVOR_GRACE_S
     while True:
         with _lock:
@@ -453,10 +485,7 @@ def _end_survivors(group: cgroups.LaunchGroup | None) -> list[str]:
              for pid in sorted(found)]
     for pid in found:
         proctree.kill_tree(pid)
-    if group is not None:
-        left = group.end()
-        named += [f"pid {pid}: still alive after the kill" for pid in sorted(left - found)]
-    return named
+    return named, found
 
 
 def _survivor_error(survivors: list[str], fn_name: str) -> SurvivorError:
@@ -522,6 +551,17 @@ def _finish_rank(job: RankJob, pid: int) -> int | None:
     return max(0, written - own_files)
 
 
+def _case_progress(jobs: list[RankJob]) -> tuple[int, ...]:
+    """The size of every rank's case log (harness.cases): it grows as cases start and end."""
+    sizes = []
+    for job in jobs:
+        try:
+            sizes.append(os.stat(job.env[CASE_LOG_ENV]).st_size)
+        except (OSError, KeyError):
+            sizes.append(-1)
+    return tuple(sizes)
+
+
 def _check_disk(folder: str, cap: int, procs: list[Any], running: Any,
                 group: cgroups.LaunchGroup | None) -> None:
     """End the launch (DiskLimitError) when its folder takes more than `cap` bytes on disk or
@@ -567,7 +607,8 @@ def _watch(procs: list[Any], jobs: list[RankJob], deadline: float, timeout: floa
             _check_disk(disk[0], disk[1], procs, pending.values(), group)
         remaining = deadline - time.monotonic()
         hung = watch_stalls and stall.stalled([procs[r].pid for r in pending.values()]
-                                              + list(helpers))
+                                              + list(helpers),
+                                              progress=lambda: _case_progress(jobs))
         if remaining <= 0 or hung:
             live = set(pending.values())
             stacks = failures.collect_stacks(procs, jobs, live)

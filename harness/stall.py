@@ -9,6 +9,9 @@ CPU between them, nothing can change any more: the launch is reported as hung at
 every rank's stack, as a timeout would be. `after` is longer than the longest idle wait the
 harness itself makes (`harness.cases.ABORT_AFTER_S`, a failed case's rank waiting for its
 peers), and a loop that spins is not caught here: it runs into the wall-clock limit as before.
+A case that starts or ends (the ranks' case logs, `harness.cases`) is progress: the window
+starts again, so that the waits of consecutive failed cases, each of which the harness ends
+itself, never add up to a hang.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from __future__ import annotations
 import os
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from harness import procfs
 
@@ -47,12 +50,21 @@ class StallWatch:
         self._budget = IDLE_CPU_SHARE * after * _clock_ticks()  # ticks an idle window may use
         self._samples: deque[tuple[float, int, bool]] = deque()  # (time, ticks, busy)
         self._next = time.monotonic()
+        self._progress: object = None
 
-    def stalled(self, pids: Iterable[int]) -> bool:
+    def stalled(self, pids: Iterable[int],
+                progress: Callable[[], object] | None = None) -> bool:
+        """`progress()`: anything that changes when the launch moved on without CPU to show for
+        it (the ranks' case logs: a case ended, the next began); a change starts a new window.
+        """
         now = time.monotonic()
         if now < self._next:
             return False
         self._next = now + self.every
+        mark = progress() if progress is not None else None
+        if mark != self._progress:
+            self._progress = mark
+            self._samples.clear()
         ticks, busy, seen = 0, False, False
         for pid in pids:
             found = procfs.activity(pid)

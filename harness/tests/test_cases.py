@@ -112,6 +112,24 @@ def rank_stuck_in_a_receive(ctx):
     return run_cases(ctx, [("case", case), ("after", collective)], abort_after=0.5)
 
 
+def rank_stuck_case_after_case(ctx, cases):
+    """Rank 0 raises in each of `cases` consecutive cases (a stub, before it sends) while ranks
+    1 and 2 wait to receive from it: each case frees them, and no wait adds up to a hang."""
+    def case():
+        if ctx.rank == 0:
+            raise NotImplementedError("send_weights")
+        if ctx.rank in (1, 2):
+            dist.recv(torch.zeros(2), src=0)
+        return ctx.rank
+
+    def collective():
+        t = torch.ones(1)
+        dist.all_reduce(t)
+        return t
+
+    return run_cases(ctx, [*((f"case{i}", case) for i in range(cases)), ("after", collective)])
+
+
 def rank_stuck_in_a_loop(ctx):
     """Rank 1 raises while rank 0 loops outside any collective: the launch ends, with the cause."""
     def case():
@@ -224,6 +242,19 @@ def test_cases_after_a_rebuild_do_not_run_when_groups_came_from_before(transport
     with pytest.raises(RankFailure, match=r"raised CaseNotRun: not run: case 'case' raised "
                                           r"ValueError on rank 1: rank 1 gave up"):
         case_values(result.values, "after")
+
+
+@pytest.mark.parametrize("transport", ["in-rank", "sidecar"])
+def test_consecutive_cases_that_free_their_peers_are_not_a_hang(transport):
+    """Without subgroups from before the cases, the rank that raised frees the others after
+    `QUICK_ABORT_AFTER_S`, and each case that starts is progress for the stall watch: four such
+    cases in a row (once 4 x 3 s asleep, ended as hung) keep one launch and their own outcomes."""
+    result = launch(rank_stuck_case_after_case, world_size=4, args=(4,), timeout=120,
+                    transport=transport)
+    for i in range(4):
+        with pytest.raises(NotImplementedInRank, match="send_weights"):
+            case_values(result.values, f"case{i}")
+    assert [t.item() for t in case_values(result.values, "after")] == [4.0] * 4
 
 
 def test_a_rank_stuck_outside_a_collective_ends_the_launch_with_the_cause():
