@@ -36,7 +36,7 @@ from harness import procfs, proctree, tempdirs
 # cost about 0.4 s per rank, against once per forkserver here. Suites add their own (`preload`:
 # zero2 and gpt add torch._dynamo, which torch.optim imports on first use).
 PRELOAD = ["harness.rankmain", "cloudpickle", "numpy", "numpy.random", "torch.utils.serialization",
-           "torch.fx.experimental.symbolic_shapes"]
+           "torch.fx.experimental.symbolic_shapes", "torch.distributed._functional_collectives"]
 BY_VALUE_PACKAGES: list[str] = []
 RANK_UIDS = 64  # ranks per launch that can each have a user of their own (Wrapper.rank_uid_base)
 RANK_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
