@@ -11,7 +11,7 @@ test: lint
 	$(PY) -m pytest -n 2 harness/tests grader/tests --ignore=grader/tests/test_adversarial.py
 	@# The attacks run after the rest, two at a time: a fork bomb is bounded per launch (its
 	@# control group's pids.max, or the process limit of its rank's own user), not per machine.
-	$(PY) -m pytest -n 2 --dist loadgroup grader/tests/test_adversarial.py
+	$(PY) -m pytest -n 2 --dist loadscope grader/tests/test_adversarial.py
 	$(PY) -m grader selfcheck
 	@# The GPU check's plan, dry-run: on a CPU machine it runs nothing, so it cannot rot unseen.
 	$(PY) -m grader gpu-check --dry-run > /dev/null && echo "gpu-check: plan ok (dry run)"

@@ -4,11 +4,14 @@ deserves, with the expected reason, no leaked canary, no injected markup, and no
 The cases of one assignment, suite and screen setting are graded in one pytest session
 (grader/instructor/adversarial_groups.py), each submission in a sandbox of its own; a case that
 sets `alone` in case.toml gets a `python -m grader grade --sandbox on` process of its own. Each
-case is still its own test: the first test of a group grades the whole group (once per
-process, `graded`), and every test judges its own case from that. Under xdist run them with
-`--dist loadgroup` (the Makefile does) so a group is graded by one worker; groups may run side
-by side: each judges "no process survived" by its own descendants (the runner adopts orphans
-as a subreaper), never by what else runs on the machine.
+case is still its own test, in one test class per group: the first test of a group grades the
+whole group (once per process, `graded`), and every test judges its own case from that. Under
+xdist run them with `--dist loadscope` (the Makefile does), which sends each class to one
+worker, so a group is graded once. (`xdist_group` with `--dist loadgroup` was meant to, but
+pytest-xdist 3.8 names its groups in the node id, which pytest 9 no longer lets a plugin change:
+the marks had no effect, and both workers graded the big groups.) Groups may run side by side: each judges "no
+process survived" by its own descendants (the runner adopts orphans as a subreaper), never by
+what else runs on the machine.
 """
 
 from __future__ import annotations
@@ -62,13 +65,8 @@ def graded() -> dict[str, adversarial.CaseResult]:
     return {}
 
 
-def _param(case: adversarial.Case):
-    name = adversarial_groups.group_name(GROUP_OF[case.name])
-    return pytest.param(case, id=case.name, marks=pytest.mark.xdist_group(name))
-
-
-@pytest.mark.parametrize("case", [_param(c) for c in CASES])
-def test_attack_is_graded_correctly(case, graded):
+def judge_case(case: adversarial.Case, graded: dict[str, adversarial.CaseResult]) -> None:
+    """Grade the case's group if this process has not yet, then judge the case."""
     if case.name not in graded:
         for result in adversarial_groups.run_group(GROUP_OF[case.name]):
             graded[result.case.name] = result
@@ -79,6 +77,23 @@ def test_attack_is_graded_correctly(case, graded):
         f"{case.name} ({case.attack}): " + "; ".join(result.problems)
         + f" [score {result.score}/{result.max_score}, reasons {result.reasons}, "
         f"{result.sandbox}]")
+
+
+def _group_class(group: list[adversarial.Case]) -> type:
+    """A test class holding one test per case of `group` (xdist's `loadscope` unit)."""
+
+    @pytest.mark.parametrize("case", [pytest.param(c, id=c.name) for c in group])
+    def test_attack_is_graded_correctly(self, case, graded):
+        judge_case(case, graded)
+
+    name = "TestGroup" + group[0].name.split("_", 1)[0]
+    return type(name, (), {"test_attack_is_graded_correctly": test_attack_is_graded_correctly,
+                           "__doc__": f"The cases of {adversarial_groups.group_name(group)}."})
+
+
+for _group in GROUPS:
+    _cls = _group_class(_group)
+    globals()[_cls.__name__] = _cls
 
 
 def test_table_reports_each_case():
