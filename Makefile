@@ -8,10 +8,12 @@ ARGS   ?=
 ## the project's own tests (harness, grader), then the selfcheck of every assignment.
 test: lint
 	$(PY) -m grader doctor --quiet
-	$(PY) -m pytest -n 2 harness/tests grader/tests --ignore=grader/tests/test_adversarial.py
-	@# The attacks run after the rest, two at a time: a fork bomb is bounded per launch (its
+	@# Three workers on two cores: a worker's tests wait on the sessions and launches they start,
+	@# and with two the machine was a fifth to two fifths idle (docs/design.md, the budget).
+	$(PY) -m pytest -n 3 harness/tests grader/tests --ignore=grader/tests/test_adversarial.py
+	@# The attacks run after the rest, three at a time: a fork bomb is bounded per launch (its
 	@# control group's pids.max, or the process limit of its rank's own user), not per machine.
-	$(PY) -m pytest -n 2 --dist loadscope grader/tests/test_adversarial.py
+	$(PY) -m pytest -n 3 --dist loadscope grader/tests/test_adversarial.py
 	$(PY) -m grader selfcheck
 	@# The GPU check's plan, dry-run: on a CPU machine it runs nothing, so it cannot rot unseen.
 	$(PY) -m grader gpu-check --dry-run > /dev/null && echo "gpu-check: plan ok (dry run)"
