@@ -14,7 +14,7 @@ test: lint
 	@# The attacks run after the rest, three at a time: a fork bomb is bounded per launch (its
 	@# control group's pids.max, or the process limit of its rank's own user), not per machine.
 	$(PY) -m pytest -n 3 --dist loadscope grader/tests/test_adversarial.py
-	$(PY) -m grader selfcheck
+	$(PY) -m grader selfcheck -j 3
 	@# The GPU check's plan, dry-run: on a CPU machine it runs nothing, so it cannot rot unseen.
 	$(PY) -m grader gpu-check --dry-run > /dev/null && echo "gpu-check: plan ok (dry run)"
 

@@ -70,6 +70,7 @@ from __future__ import annotations
 import json
 import numbers
 import os
+import re
 import socket
 import sys
 import time
@@ -502,10 +503,27 @@ def case_values(rank_outcomes: Sequence[Mapping[str, Any] | None], name: str,
     failed = [(float((o.get("error") or {}).get("time", 0.0)), rank, o)
               for rank, o in enumerate(outcomes) if o is not None and not o.get("ok")]
     if failed:
-        _, rank, outcome = min(failed, key=lambda item: (item[0], item[1]))
+        rank, outcome = earliest_cause([(t, r, o.get("error") or {}, o) for t, r, o in failed])
         case_value(outcome, name if what is None else what,
                    rank=rank if world_size > 1 else None, world_size=world_size)
     return [case_value(o) for o in outcomes]
+
+
+def earliest_cause(failures: Sequence[tuple[float, int, Mapping[str, Any], T]]) -> tuple[int, T]:
+    """(rank, item) of the failure to report from (time, rank, error report, item) tuples: the
+    earliest, so that the cause comes before a peer's broken pipe; where lower ranks failed the
+    same way (the same exception type and message but for its numbers: every rank raised it
+    for itself), the lowest of them, so that the rank named does not depend on which rank the
+    machine's load let raise first."""
+    first = min(failures, key=lambda item: (item[0], item[1]))
+    same = [item for item in failures if _shape(item[2]) == _shape(first[2])]
+    lowest = min(same, key=lambda item: item[1])
+    return lowest[1], lowest[3]
+
+
+def _shape(error: Mapping[str, Any]) -> tuple[str, str]:
+    message = str(error.get("message", ""))
+    return str(error.get("type", "")), re.sub(r"\d+", "#", message)
 
 
 # ---- hangs: the launch again without the hung case ----------------------------------------------

@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from harness import rankfiles
+from harness.cases import earliest_cause
 from harness.errors import (
     ForbiddenCallError,
     LaunchError,
@@ -167,14 +168,14 @@ def first_failure(procs: list[Any], jobs: list[RankJob], noticed: int, *,
     `limited`: the ranks ran under the sandbox's memory and process limits (a SIGKILL then
     hints at them)."""
     world_size = len(procs)
-    reports = []
+    reports: list[tuple[float, int, dict[str, Any], dict[str, Any]]] = []
     for job in jobs:
-        report = _read_error(job.path("error.json"))
-        if report is not None:
-            reports.append((report["time"], job.rank, report))
+        found = _read_error(job.path("error.json"))
+        if found is not None:
+            reports.append((found["time"], job.rank, found, found))
     error: LaunchError
     if reports:
-        _, rank, report = min(reports, key=lambda item: (item[0], item[1]))
+        rank, report = earliest_cause(reports)
         error = _failure(jobs[rank], report, world_size)
     else:
         procs[noticed].join(timeout=1)

@@ -9,9 +9,9 @@ whole group (once per process, `graded`), and every test judges its own case fro
 xdist run them with `--dist loadscope` (the Makefile does), which sends each class to one
 worker, so a group is graded once. (`xdist_group` with `--dist loadgroup` was meant to, but
 pytest-xdist 3.8 names its groups in the node id, which pytest 9 no longer lets a plugin change:
-the marks had no effect, and both workers graded the big groups.) Groups may run side by side: each judges "no
-process survived" by its own descendants (the runner adopts orphans as a subreaper), never by
-what else runs on the machine.
+the marks had no effect, and both workers graded the big groups.) Groups may run side by side:
+each judges "no process survived" by its own descendants (the runner adopts orphans as a
+subreaper), never by what else runs on the machine.
 """
 
 from __future__ import annotations

@@ -406,3 +406,17 @@ def test_a_case_that_hangs_costs_only_itself_idle_and_under_load():
     assert loaded.keys() == idle.keys()
     assert [v.startswith("failed:") for v in loaded.values()] == [False, True, False]
     assert loaded["before"] == loaded["after"] == idle["after"]
+
+
+def test_the_earliest_cause_is_named_by_its_lowest_rank_when_every_rank_raised_it():
+    """The same error raised by several ranks for themselves names the lowest of them, whichever
+    the load let raise first; a different, earlier error is still the one reported."""
+    from harness.cases import earliest_cause
+
+    own = [(2.0, 0, {"type": "ValueError", "message": "rank 0 gave up at step 3"}, "a"),
+           (1.0, 1, {"type": "ValueError", "message": "rank 1 gave up at step 3"}, "b"),
+           (1.5, 3, {"type": "KeyError", "message": "'w'"}, "d")]
+    assert earliest_cause(own) == (0, "a")
+    broken = (0.5, 2, {"type": "RuntimeError", "message": "Connection closed by peer"}, "c")
+    assert earliest_cause([*own, broken]) == (2, "c")
+    assert earliest_cause(own[1:]) == (1, "b")
