@@ -2,7 +2,10 @@
 
 The steps are read from the Makefile's `test` recipe (its `lint` prerequisite first), so the
 table cannot drift from what CI runs; each runs as it does there, one after another. CPU is
-the user + system seconds of every process the step started (ranks included). The selfcheck's
+the user + system seconds of every process the step started and waited for; "machine CPU" is
+what `/proc/stat` counted on every core meanwhile (ranks and sidecars are reparented away from
+the step's tree, so only this sees them all: on an idle machine it is the step's real cost, and
+"busy" is its share of the cores). The selfcheck's
 table gives each assignment's session seconds, so a new assignment's cost is visible before it
 lands. Compare the total with the budget in docs/design.md; never asserts on time.
 
@@ -12,6 +15,7 @@ lands. Compare the total with the budget in docs/design.md; never asserts on tim
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import resource
 import subprocess
@@ -29,13 +33,33 @@ _SELFCHECK_ROW = re.compile(r"^(?P<id>[a-z0-9_]+)\s+[✓✗-].*?(?P<seconds>[0-9
 
 @dataclass
 class StepTime:
-    """One step of `make test` and what it cost."""
+    """One step of `make test` and what it cost (`machine_cpu_s` None without /proc/stat)."""
 
     command: str
     wall_s: float
     cpu_s: float
     returncode: int
     output: str
+    machine_cpu_s: float | None = None
+
+    @property
+    def busy(self) -> str:
+        """The machine's CPU over what its cores could have given, as a percentage."""
+        cores = os.cpu_count() or 1
+        if self.machine_cpu_s is None or self.wall_s <= 0:
+            return "-"
+        return f"{self.machine_cpu_s / (self.wall_s * cores):.0%}"
+
+
+def machine_cpu_s() -> float | None:
+    """CPU seconds the whole machine has spent so far, every core (None without /proc/stat)."""
+    try:
+        fields = Path("/proc/stat").read_text(encoding="utf-8").splitlines()[0].split()
+        ticks = [int(x) for x in fields[1:9]]
+    except (OSError, IndexError, ValueError):
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = ticks
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
 def make_test_steps(makefile: Path) -> list[str]:
@@ -62,12 +86,16 @@ def make_test_steps(makefile: Path) -> list[str]:
 def run_step(command: str, cwd: Path) -> StepTime:
     """Run one step with the shell, as make does; wall and CPU seconds of its whole tree."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    machine_before = machine_cpu_s()
     start = time.perf_counter()
     proc = subprocess.run(command, shell=True, cwd=cwd, capture_output=True, text=True)
     wall = time.perf_counter() - start
+    machine_after = machine_cpu_s()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return StepTime(command, wall, cpu, proc.returncode, proc.stdout + proc.stderr)
+    machine = (None if machine_before is None or machine_after is None
+               else machine_after - machine_before)
+    return StepTime(command, wall, cpu, proc.returncode, proc.stdout + proc.stderr, machine)
 
 
 def selfcheck_shares(output: str) -> dict[str, float]:
@@ -103,11 +131,12 @@ def main(argv: list[str]) -> int:
         print(f"[{number}/{len(steps)}] {short(command)} ...", flush=True)
         timed.append(run_step(command, REPO_ROOT))
         print(f"      {timed[-1].wall_s:.1f} s wall, {timed[-1].cpu_s:.1f} s CPU, "
-              f"exit {timed[-1].returncode}", flush=True)
+              f"machine busy {timed[-1].busy}, exit {timed[-1].returncode}", flush=True)
     total = sum(t.wall_s for t in timed)
     print()
-    print(format_table(["step", "wall s", "CPU s", "share", "exit"],
+    print(format_table(["step", "wall s", "CPU s", "machine CPU s", "busy", "share", "exit"],
                        [[short(t.command), f"{t.wall_s:.1f}", f"{t.cpu_s:.1f}",
+                         "-" if t.machine_cpu_s is None else f"{t.machine_cpu_s:.1f}", t.busy,
                          f"{t.wall_s / total:.0%}" if total else "-", t.returncode]
                         for t in timed]))
     print(f"total {total:.0f} s of a {args.budget:.0f} s budget ({total / args.budget:.0%}); "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 import grader.bench as bench
-from grader.bench.course import make_test_steps, selfcheck_shares
+from grader.bench.course import make_test_steps, run_step, selfcheck_shares
 from grader.manifest import REPO_ROOT
 
 
@@ -32,3 +32,18 @@ def test_course_and_student_benches_are_listed():
     names = bench.available()
     assert names["course"].startswith("The steps of `make test`")
     assert names["student"].startswith("A student's waits")
+
+
+def test_a_step_counts_the_cpu_of_processes_that_left_its_tree():
+    """A process the step starts and abandons (as a rank is reparented away from the step's
+    tree) is missing from the step's own CPU count and present in the machine's."""
+    burn = ("import os, time\n"
+            "if os.fork() == 0:\n"
+            "    end = time.process_time() + 0.6\n"
+            "    while time.process_time() < end: pass\n"
+            "    os._exit(0)\n"
+            "time.sleep(1.5)\n")
+    step = run_step(f"{sys.executable} -c '{burn}'", REPO_ROOT)
+    assert step.returncode == 0, step.output
+    assert step.machine_cpu_s is None or step.machine_cpu_s >= 0.5, step
+    assert step.cpu_s < 0.5, step
