@@ -15,6 +15,7 @@ left the rank's tree — fails the launch with `SurvivorError`, named, and is ki
 from __future__ import annotations
 
 import io
+import json
 import os
 import shutil
 import signal
@@ -179,18 +180,48 @@ def launch(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[Any] =
     """
     if stall_after is not None and stall_after <= 0:
         raise ValueError(f"stall_after must be positive, not {stall_after}")
-    for attempt in range(RENDEZVOUS_ATTEMPTS):
-        try:
-            return _launch_once(fn, world_size, args=args, kwargs=kwargs, rank_args=rank_args,
-                                impl=impl, backend=backend, timeout=timeout, forbid=forbid,
-                                seed=seed, env=env, max_result_bytes=max_result_bytes,
-                                transport=transport,
-                                functional_collectives=functional_collectives,
-                                stall_after=stall_after)
-        except RankFailure as exc:
-            if exc.exc_type != RENDEZVOUS_ERROR or attempt == RENDEZVOUS_ATTEMPTS - 1:
-                raise
-    raise AssertionError("unreachable")
+    started, outcome = time.monotonic(), "ok"
+    try:
+        for attempt in range(RENDEZVOUS_ATTEMPTS):
+            try:
+                return _launch_once(fn, world_size, args=args, kwargs=kwargs,
+                                    rank_args=rank_args, impl=impl, backend=backend,
+                                    timeout=timeout, forbid=forbid, seed=seed, env=env,
+                                    max_result_bytes=max_result_bytes, transport=transport,
+                                    functional_collectives=functional_collectives,
+                                    stall_after=stall_after)
+            except RankFailure as exc:
+                if exc.exc_type != RENDEZVOUS_ERROR or attempt == RENDEZVOUS_ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")
+    except BaseException as exc:
+        outcome = type(exc).__name__
+        raise
+    finally:
+        _trace_launch(fn.__qualname__, world_size, transport, time.monotonic() - started,
+                      outcome)
+
+
+TRACE_ENV = "MLSYS_LAUNCH_TRACE"  # a path: one JSON line per launch is appended to it
+
+
+def _trace_launch(qualname: str, world_size: int, transport: str, wall_s: float,
+                  outcome: str) -> None:
+    """Where `TRACE_ENV` names a file, append what this launch cost: its function, ranks,
+    transport, wall seconds, outcome ("ok" or the error's type) and the pytest test it served.
+    A profile of where a session's launches go, for the one who sets it; nothing else reads it.
+    """
+    path = os.environ.get(TRACE_ENV)
+    if not path:
+        return
+    record = {"fn": qualname, "ranks": world_size, "transport": transport,
+              "wall_s": round(wall_s, 4), "outcome": outcome,
+              "test": os.environ.get("PYTEST_CURRENT_TEST", "")}
+    try:
+        with open(path, "a", encoding="utf-8") as trace:
+            trace.write(json.dumps(record) + "\n")
+    except OSError:
+        pass
 
 
 RENDEZVOUS_ATTEMPTS = 2

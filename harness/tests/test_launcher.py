@@ -302,3 +302,20 @@ def test_ranks_find_torch_s_lazy_imports_already_made():
     assert value["modules"] == dict.fromkeys(names, True)
     if not torch.cuda.is_available() and "TRITON_INTERPRET" not in os.environ:
         assert value["triton_interpret"] == "1"
+
+
+def test_a_launch_trace_names_each_launch_and_its_outcome(tmp_path, monkeypatch):
+    """`MLSYS_LAUNCH_TRACE`: one JSON line per launch, written by the parent (a rank cannot)."""
+    import json
+
+    from harness.launcher import TRACE_ENV
+
+    trace = tmp_path / "launches.jsonl"
+    monkeypatch.setenv(TRACE_ENV, str(trace))
+    launch(rankfns.echo, world_size=2, args=(1,))
+    with pytest.raises(RankFailure):
+        launch(rankfns.raise_on_rank, world_size=2, args=(1, 0.0))
+    records = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert [(r["fn"], r["ranks"], r["transport"], r["outcome"]) for r in records] == [
+        ("echo", 2, "in-rank", "ok"), ("raise_on_rank", 2, "in-rank", "RankFailure")]
+    assert all(r["wall_s"] > 0 and "test_a_launch_trace" in r["test"] for r in records)
