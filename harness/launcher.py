@@ -583,12 +583,15 @@ def _finish_rank(job: RankJob, pid: int) -> int | None:
 
 
 def _case_progress(jobs: list[RankJob]) -> tuple[int, ...]:
-    """The size of every rank's case log (harness.cases): it grows as cases start and end."""
+    """The size of every rank's case log (harness.cases; -1 where there is none): it grows as
+    cases start and end. A rank can write its own log, so a rank that fakes progress only
+    keeps its hang from being seen early: the launch's limit still ends it, as it ends a loop
+    that spins."""
     sizes = []
     for job in jobs:
         try:
-            sizes.append(os.stat(job.env[CASE_LOG_ENV]).st_size)
-        except (OSError, KeyError):
+            sizes.append(os.stat(job.path(failures.CASE_LOG_SUFFIX)).st_size)
+        except OSError:
             sizes.append(-1)
     return tuple(sizes)
 

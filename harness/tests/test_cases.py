@@ -112,7 +112,7 @@ def rank_stuck_in_a_receive(ctx):
     return run_cases(ctx, [("case", case), ("after", collective)], abort_after=0.5)
 
 
-def rank_stuck_case_after_case(ctx, cases):
+def rank_stuck_case_after_case(ctx, cases, abort_after=None):
     """Rank 0 raises in each of `cases` consecutive cases (a stub, before it sends) while ranks
     1 and 2 wait to receive from it: each case frees them, and no wait adds up to a hang."""
     def case():
@@ -127,7 +127,8 @@ def rank_stuck_case_after_case(ctx, cases):
         dist.all_reduce(t)
         return t
 
-    return run_cases(ctx, [*((f"case{i}", case) for i in range(cases)), ("after", collective)])
+    return run_cases(ctx, [*((f"case{i}", case) for i in range(cases)), ("after", collective)],
+                     abort_after=abort_after)
 
 
 def rank_stuck_in_a_loop(ctx):
@@ -245,12 +246,14 @@ def test_cases_after_a_rebuild_do_not_run_when_groups_came_from_before(transport
 
 
 @pytest.mark.parametrize("transport", ["in-rank", "sidecar"])
-def test_consecutive_cases_that_free_their_peers_are_not_a_hang(transport):
+@pytest.mark.parametrize("abort_after", [None, 2.0])
+def test_consecutive_cases_that_free_their_peers_are_not_a_hang(transport, abort_after):
     """Without subgroups from before the cases, the rank that raised frees the others after
-    `QUICK_ABORT_AFTER_S`, and each case that starts is progress for the stall watch: four such
-    cases in a row (once 4 x 3 s asleep, ended as hung) keep one launch and their own outcomes."""
-    result = launch(rank_stuck_case_after_case, world_size=4, args=(4,), timeout=120,
-                    transport=transport)
+    `QUICK_ABORT_AFTER_S`; and each case that starts is progress for the stall watch, so even
+    2 s waits, four in a row (once 4 x 3 s asleep, ended as hung), keep one launch and every
+    case its own outcome."""
+    result = launch(rank_stuck_case_after_case, world_size=4, args=(4, abort_after),
+                    timeout=120, transport=transport)
     for i in range(4):
         with pytest.raises(NotImplementedInRank, match="send_weights"):
             case_values(result.values, f"case{i}")
