@@ -516,7 +516,20 @@ def _sweep_survivors(group: cgroups.LaunchGroup | None) -> tuple[list[str], set[
              for pid in sorted(found)]
     for pid in found:
         proctree.kill_tree(pid)
+    _await_exit(found)
     return named, found
+
+
+KILLED_EXIT_WAIT_S = 5.0
+
+
+def _await_exit(pids: set[int]) -> None:
+    """Until every one of `pids` has exited (gone, or a zombie its reaper has yet to collect):
+    a SIGKILLed process takes a moment to exit on a loaded machine, and what is reported as
+    killed must not still be running. Gives up after `KILLED_EXIT_WAIT_S`."""
+    deadline = time.monotonic() + KILLED_EXIT_WAIT_S
+    while any(not procfs.is_zombie(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def _survivor_error(survivors: list[str], fn_name: str) -> SurvivorError:

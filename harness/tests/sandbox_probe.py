@@ -92,7 +92,7 @@ def _plant() -> str:
 
 def main() -> None:
     sys.path.insert(0, REPO)
-    from harness import LaunchError, launch, sandbox
+    from harness import LaunchError, launch, procfs, sandbox
 
     os.environ["MLSYS_FAKE_TOKEN"] = "ghp_secret"
     planted = _plant()
@@ -113,8 +113,9 @@ def main() -> None:
         report["daemon"] = "no error"
     except LaunchError as exc:
         report["daemon"] = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+        # Alive: still running; a zombie has exited and only waits for its reaper.
         report["daemon_alive"] = [line for line in getattr(exc, "survivors", [])
-                                  if os.path.exists(f"/proc/{line.split(':')[0].split()[1]}")]
+                                  if not procfs.is_zombie(int(line.split(':')[0].split()[1]))]
     try:
         launch(hog_memory, args=(3,), timeout=60)
         report["memory"] = "allocated 3 GiB"
