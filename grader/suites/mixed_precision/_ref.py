@@ -33,6 +33,10 @@ def said(*, hint: str) -> str:
 
 
 def torch_round(x: torch.Tensor, fmt: str) -> torch.Tensor:
+    """torch's cast; for E4M3 after a clamp to ±448, which is the documented saturation on every
+    torch (2.13 saturates in the cast itself; 2.11, on a GPU image, gave NaN above 464)."""
+    if fmt == "e4m3":
+        x = x.clamp(-SPECS[fmt][2], SPECS[fmt][2])  # NaN stays NaN
     return x.to(DTYPES[fmt]).to(torch.float32)
 
 
