@@ -344,3 +344,18 @@ def test_mutate_command_runs_the_toy_course_end_to_end(tmp_path, capsys):
     assert check_summary(toy, root) == []
     assert main(["--root", str(root), "list"]) == 0
     assert "75.0% (3/4)" in capsys.readouterr().out
+
+
+def test_an_edit_that_leaves_the_ast_as_it_was_is_no_mutant(monkeypatch):
+    # The generation compares bytecode first and the AST only where the bytecode is the same:
+    # comments, spacing and redundant parentheses must still drop out, real changes stay.
+    source = "def f(x):\n    return x + 1\n"
+    plus = source.index("+")
+    edits = [Edit("const_nudge", plus + 3, plus + 3, "  # a comment", "f"),
+             Edit("const_nudge", plus - 1, plus + 2, "+", "f"),
+             Edit("const_nudge", plus + 2, plus + 3, "(1)", "f"),
+             Edit("const_nudge", plus + 2, plus + 3, "2", "f"),
+             Edit("const_nudge", plus + 2, plus + 3, "1.0", "f")]
+    monkeypatch.setattr(generate_module, "find_edits", lambda text: edits)
+    found = mutants_of_module("toy", "m", source)
+    assert [m.after for m in found] == ["2", "1.0"]
