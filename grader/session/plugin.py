@@ -82,12 +82,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "exercises(*names): the public functions or classes of "
                                        "the module under test that a test calls, e.g. "
                                        "@pytest.mark.exercises(\"ring_all_reduce\")")
-    prepare.set_variation(config.getoption("seed_shift"), config.getoption("rank_threads"))
-    prepare.configure_ranks()
-    if os.environ.get("MLSYS_LEAKCHECK"):  # selfcheck: expected values sent to ranks
-        from grader import leakcheck
-
-        leakcheck.install()
+    # The usage checks come first: they need no torch, so a mistyped command line is answered
+    # at once rather than after the imports below (seconds).
     texts = config.getoption("impl") or [os.environ.get("MLSYS_IMPL") or "assignments"]
     specs = [prepare.implementation(text, Path(config.rootpath)) for text in texts]
     impls = {impl_label(spec, i): spec for i, spec in enumerate(specs)}
@@ -103,6 +99,12 @@ def pytest_configure(config: pytest.Config) -> None:
     if len(specs) > 1 and mode != "off":
         raise pytest.UsageError("--sandbox grades one implementation per session: drop the "
                                 "extra --impl, or run without --sandbox (instructors only)")
+    prepare.set_variation(config.getoption("seed_shift"), config.getoption("rank_threads"))
+    prepare.configure_ranks()
+    if os.environ.get("MLSYS_LEAKCHECK"):  # selfcheck: expected values sent to ranks
+        from grader import leakcheck
+
+        leakcheck.install()
     roots = [REPO_ROOT / "grader" / "suites"]
     roots += [Path(p).resolve() for p in config.getoption("hidden_root")]
     prepare.provide_suites_package(roots[1:])
