@@ -123,7 +123,7 @@ def check_round(results: dict, name: str, hint: str) -> None:
     for fmt, values in GROUPS[name].items():
         x = torch.tensor(values, dtype=torch.float32)
         got = case_value(results[f"{name}-{fmt}"], "round_to")
-        # E4M3 saturates (README §3): clamped first, as torch before 2.12 gave NaN above 464.
+        # E4M3 saturates (README §3): clamped first, since torch 2.11's cast gave NaN above 464.
         want = (x.clamp(-448, 448) if fmt == "e4m3" else x).to(DTYPES[fmt]).to(torch.float32)
         assert isinstance(got, torch.Tensor) and got.dtype == torch.float32, \
             f"round_to(x, {fmt!r}) must return a float32 tensor, got {got!r:.60}"
