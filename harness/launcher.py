@@ -484,6 +484,7 @@ def _start(procs: list[Any], jobs: list[RankJob], group: cgroups.LaunchGroup | N
 
 
 SURVIVOR_GRACE_S = 1.0
+KILLED_EXIT_WAIT_S = 5.0  # for killed survivors to exit before they are reported
 
 
 def _end_survivors(group: cgroups.LaunchGroup | None) -> list[str]:
@@ -516,20 +517,10 @@ def _sweep_survivors(group: cgroups.LaunchGroup | None) -> tuple[list[str], set[
              for pid in sorted(found)]
     for pid in found:
         proctree.kill_tree(pid)
-    _await_exit(found)
+    # A SIGKILLed process takes a moment to exit on a loaded machine: what is reported as
+    # killed must not still be running when the error says so.
+    proctree.wait_gone(found, timeout=KILLED_EXIT_WAIT_S)
     return named, found
-
-
-KILLED_EXIT_WAIT_S = 5.0
-
-
-def _await_exit(pids: set[int]) -> None:
-    """Until every one of `pids` has exited (gone, or a zombie its reaper has yet to collect):
-    a SIGKILLed process takes a moment to exit on a loaded machine, and what is reported as
-    killed must not still be running. Gives up after `KILLED_EXIT_WAIT_S`."""
-    deadline = time.monotonic() + KILLED_EXIT_WAIT_S
-    while any(not procfs.is_zombie(pid) for pid in pids) and time.monotonic() < deadline:
-        time.sleep(0.01)
 
 
 def _survivor_error(survivors: list[str], fn_name: str) -> SurvivorError:

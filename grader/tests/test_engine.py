@@ -170,6 +170,19 @@ def test_a_repeated_impl_and_an_unknown_stop_first_are_usage_errors(tmp_path):
     assert sandboxed.returncode == 4 and "one implementation per session" in sandboxed.stderr
 
 
+def test_a_usage_error_is_answered_before_torch_is_imported(tmp_path):
+    """A mistyped command line costs no torch import (seconds): the checks come first."""
+    suite, folders = write_course(tmp_path)
+    args = ["-p", "grader.session.plugin", "--noconftest", "-q", "--hidden-root",
+            str(suite.parent), "-p", "no:cacheprovider", str(suite),
+            "--impl", str(folders["good"]), "--impl", str(folders["good"])]
+    code = ("import sys, pytest; rc = pytest.main(sys.argv[1:]); "
+            "print('exit', int(rc), 'torch' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code, *args], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip().splitlines()[-1] == "exit 4 False", proc.stdout + proc.stderr
+
+
 def test_results_file_of_several_runs_round_trips(tmp_path):
     first = RunResult("solutions", (), not_run=("a::b",), timing=(("session", 1.5),))
     RunResult.save_all([first, RunResult("assignments", ())], tmp_path / "r.json")
