@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -105,6 +106,38 @@ def test_points_must_be_a_non_negative_int(tmp_path):
     proc, _ = run_pytest(tmp_path, "import pytest\n@pytest.mark.points(1.5)\ndef test_x():\n"
                                    "    pass\n")
     assert proc.returncode == 4 and "points must be a non-negative int" in proc.stderr
+
+
+TRACEBACK_PROBE = '''
+def pytest_runtest_logreport(report):
+    if report.failed:
+        with open({path!r}, "a") as f:
+            f.write(type(report.longrepr.reprtraceback).__name__ + "\\n")
+'''
+
+
+@pytest.mark.parametrize("terminal", [True, False], ids=["terminal", "no-terminal"])
+def test_tracebacks_nobody_reads_are_formatted_without_parsing_sources(tmp_path, terminal):
+    """Where the terminal is off (every grading session: reasons come from the exception), a
+    failure's traceback is formatted natively, not with pytest's default style, which parses
+    each frame's source with `ast` (a fifth of selfcheck's session CPU); a student reading a
+    terminal keeps the default."""
+    record = tmp_path / "styles.txt"
+    (tmp_path / "tb_probe.py").write_text(TRACEBACK_PROBE.format(path=str(record)))
+    suite = tmp_path / "hidden" / "demo"
+    suite.mkdir(parents=True)
+    (suite / "test_demo.py").write_text("import pytest\n@pytest.mark.points(1)\n"
+                                        "def test_fails():\n    assert 1 == 2\n")
+    cmd = [sys.executable, "-m", "pytest", "-p", "grader.session.plugin", "-p", "tb_probe",
+           "--noconftest", *(["-q"] if terminal else []), "--hidden-root", str(tmp_path / "hidden"),
+           "--mlsys-results", str(tmp_path / "results.json"), "-p", "no:cacheprovider",
+           *([] if terminal else ["-p", "no:terminal"]), str(suite)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO_ROOT)])}
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+                          env=env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    expected = "ReprTraceback" if terminal else "ReprTracebackNative"
+    assert record.read_text().split() == [expected], proc.stdout + proc.stderr
 
 
 def test_a_bad_impl_is_a_usage_error(tmp_path):
