@@ -9,7 +9,8 @@ solution's. `--coverage-plan PATH` names, in JSON,
 
     {"trace": "<--impl of the reference>",
      "variants": {"<--impl of a variant>": {"changed": ["ring:ring_shift", ...],
-                                            "always": ["ring_shift", ...]}}}
+                                            "always": ["ring_shift", ...]}},
+     "first": {"<--impl of a mutant>": "<base node id>"}}
 
 or, in place of `"trace"`, `"reference": "<PATH>"`: what an earlier session's traced
 implementation ran and whether it passed, per test, as that session wrote it with
@@ -23,6 +24,10 @@ reported passed, with `inferred` set, without running — only when the referenc
 this process and passed it, its ranks' record is complete, it ran none of `changed`, and it
 declares none of `always`. Anything else runs as usual, so under xdist (another process may
 hold the reference's run) nothing is inferred that is not known here.
+
+`first`: the test each mutant's tests start with, the one that caught it last time
+(grader/instructor/caught_first.py); the others follow in suite order. A mutant stops at its
+first failure, so while that record is current it runs one test instead of every test before it.
 
 Loaded by `grader/session/plugin.py` (`pytest_plugins`) where `grader/instructor/` is present: it
 serves selfcheck and mutation runs, so a student release leaves it out.
@@ -53,6 +58,7 @@ class CoveragePlan:
 
     trace_label: str | None  # the reference graded in this session, or None: `recorded`
     variants: dict[str, VariantPlan]  # implementation label -> its plan
+    first: dict[str, str] = field(default_factory=dict)  # label -> base node id run first
     ran: dict[str, calltrace.Coverage] = field(default_factory=dict)
     recorded: dict[str, tuple[calltrace.Coverage, bool]] = field(default_factory=dict)
 
@@ -93,12 +99,13 @@ def load_plan(path: Path, labels: dict[str, str]) -> CoveragePlan:
         variants = {labels[arg]: VariantPlan(tuple(str(c) for c in spec["changed"]),
                                              frozenset(str(a) for a in spec.get("always", ())))
                     for arg, spec in data.get("variants", {}).items()}
+        first = {labels[arg]: str(nodeid) for arg, nodeid in data.get("first", {}).items()}
     except KeyError as exc:
         raise pytest.UsageError(f"--coverage-plan {path}: {exc} is not one of the --impl "
                                 f"values, or a key is missing") from None
     except (OSError, ValueError, TypeError, AttributeError) as exc:
         raise pytest.UsageError(f"--coverage-plan {path}: {exc}") from None
-    return CoveragePlan(trace, variants, recorded=recorded)
+    return CoveragePlan(trace, variants, first, recorded=recorded)
 
 
 @pytest.hookimpl(trylast=True)
@@ -128,6 +135,22 @@ def _label_and_nodeid(item: pytest.Item) -> tuple[str, str]:
 def _outcome(state: SessionState, label: str, nodeid: str) -> TestOutcome | None:
     """The recorded outcome of a test of `label` (a session of one keeps it unlabelled)."""
     return state.tests.get((label if state.multi else "", nodeid))
+
+
+@pytest.hookimpl(trylast=True)  # after pytest has grouped the tests by implementation
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Move each planned `first` test to the front of its implementation's tests."""
+    plan = _plan(config)
+    if plan is None or not plan.first:
+        return
+    keys = [_label_and_nodeid(item) for item in items]
+    for label, nodeid in plan.first.items():
+        start = next((i for i, (owner, _) in enumerate(keys) if owner == label), None)
+        found = next((i for i, key in enumerate(keys) if key == (label, nodeid)), None)
+        if start is None or found is None or found == start:
+            continue  # a test no longer there: suite order
+        items.insert(start, items.pop(found))
+        keys.insert(start, keys.pop(found))
 
 
 @pytest.hookimpl(wrapper=True)

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader import leakcheck
+from grader.instructor import caught_first
 from grader.instructor.judges import (
     MarginReport,
     Verdict,
@@ -190,6 +191,9 @@ def _run_sessions(course: Course, ids: list[str], root: Path, suites: Path | Non
             merge_margins=together)
     wait_worksheets()
     _judge_leaks(verdicts)
+    for aid, found in runs.items():  # the next run starts each mutant with its catcher
+        if caught_first.save(root, aid, found.caught, mutant_names(aid, root)):
+            echo(f"  {caught_first.record_path(root, aid).relative_to(root)}: updated")
     for aid, found in runs.items():
         report = found.margins
         verdicts[aid]["margins"].breaches += report.breaches()
@@ -290,6 +294,7 @@ class AssignmentRuns:
     margins: MarginReport
     solution: RunResult | None = None
     partial: dict[str, RunResult | None] = field(default_factory=dict)
+    caught: dict[str, str] = field(default_factory=dict)  # mutant -> the test that caught it
 
 
 def _judge_partial(runs: dict[str, AssignmentRuns], variants: dict[str, Variants],
@@ -338,6 +343,8 @@ def _record(job: Job, session: Session, checks: dict[str, Verdict], course: Cour
         name = job.impl.mutant_name
         caught, breaches = judge_mutant(session, name)
         verdict = checks["mutants"]
+        if caught and session.result is not None:
+            runs.caught[name] = next(t.nodeid for t in graded(session.result) if not t.passed)
         if caught:
             verdict.notes.append(caught)
             feedback = checks["feedback"]

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
+from grader.instructor import caught_first
 from grader.instructor.partial import Variants
 from grader.instructor.pool import run_pool
 from grader.instructor.variant_changes import mutant_changes, stub_changes
@@ -63,6 +64,9 @@ class Job:
     # them there is not run again (grader/instructor/plugin_coverage.py).
     changes: tuple[str, ...] | None = None
     always: tuple[str, ...] = ()  # public names whose tests always run for it
+    # (mutants) the base node id of the test that caught it last time, run first
+    # (grader/instructor/caught_first.py); "" for suite order
+    first: str = ""
 
     @property
     def label(self) -> str:
@@ -126,11 +130,13 @@ def plan(course: Course, ids: list[str], root: Path, suites: Path | None,
                              variation) for variation in MARGIN_RUNS]
             elif kind == "mutant":
                 solution_dir = root / "solutions" / assignment.id
+                hints = caught_first.load(root, assignment.id)
                 jobs += [
                     Job(assignment.id, "mutant",
                         resolve_impl(f"mutant:{assignment.id}/{name}", root), paths,
                         changes=mutant_changes(solution_dir / "mutants" / f"{name}.py",
-                                               solution_dir))
+                                               solution_dir),
+                        first=hints.get(name, ""))
                     for name in mutant_names(assignment.id, root)
                 ]
             else:
@@ -283,17 +289,18 @@ def narrow_to_margins(batch: Batch, solution: RunResult | None) -> Batch | None:
 
 def coverage_plan(batch: Batch, path: Path) -> tuple[str, ...]:
     """Write the session's coverage plan (grader/instructor/plugin_coverage.py) to `path` and
-    return the pytest arguments that use it: the solution is traced, and each variant that says
-    what it changes skips the tests that ran none of it. () when the batch has no solution
-    first."""
+    return the pytest arguments that use it: the solution is traced, each variant that says
+    what it changes skips the tests that ran none of it, and each mutant with a record runs the
+    test that caught it last time first. () when the batch has no solution first."""
     if not batch.jobs or batch.jobs[0].kind != "solution":
         return ()
     variants = {job.impl.argument: {"changed": list(job.changes), "always": list(job.always)}
                 for job in batch.jobs[1:] if job.changes is not None}
-    if not variants:
+    first = {job.impl.argument: job.first for job in batch.jobs[1:] if job.first}
+    if not variants and not first:
         return ()
-    path.write_text(json.dumps({"trace": batch.jobs[0].impl.argument, "variants": variants}),
-                    encoding="utf-8")
+    path.write_text(json.dumps({"trace": batch.jobs[0].impl.argument, "variants": variants,
+                                "first": first}), encoding="utf-8")
     return ("--coverage-plan", str(path))
 
 

@@ -198,6 +198,29 @@ def test_under_xdist_no_verdict_changes(course):
     assert runs["wrong_add"].score == full["wrong_add"].score
 
 
+def test_a_mutant_starts_with_the_test_that_caught_it_last_time(course):
+    """`first` (grader/instructor/caught_first.py): the named test runs before the mutant's
+    others, so a mutant that stops at its first failure runs that one test; a name that no
+    longer catches it (stale) is followed by the rest in suite order: the same verdict."""
+    tmp_path, suite, folders, _, full = course
+    nodeid = {t.name: t.nodeid for t in full["wrong_scale"].tests}
+    order = [folders["good"], folders["wrong_scale"]]
+    stop = ("--stop-first", str(folders["wrong_scale"]))
+
+    def first(name: str) -> RunResult:
+        plan = {"trace": str(folders["good"]), "variants": {},
+                "first": {str(folders["wrong_scale"]): nodeid[name]}}
+        return session(tmp_path, suite, order, plan, *stop)["wrong_scale"]
+
+    current = first("test_memo_reused")  # the last test of the suite, and it fails
+    assert [t.name for t in current.tests if t.outcome == "failed"] == ["test_memo_reused"]
+    assert len(current.not_run) == 4
+    stale = first("test_add")  # passes for this mutant: suite order goes on after it
+    assert [(t.name, t.outcome) for t in stale.tests if t.outcome != "skipped"] == [
+        ("test_add", "passed"), ("test_scale_fixture_first", "failed")]
+    assert len(stale.not_run) == 3
+
+
 def test_a_plan_naming_an_unknown_impl_is_a_usage_error(course):
     tmp_path, suite, folders, *_ = course
     (tmp_path / "bad.json").write_text(json.dumps({"trace": "solutions", "variants": {}}))
