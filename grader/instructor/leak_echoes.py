@@ -15,6 +15,8 @@ ECHO_CHECKS: tuple[tuple[str, str, str], ...] = (
      "a layer built from the dense weights must hold its slice of them"),
     ("moe/test_all_to_all.py::test_forward[world_size=2-one_rank_sends_nothing]",
      "['xs'][1]", "rank 0 sends nothing: rank 1 receives only its own rows back"),
+    ("moe/test_construction.py::test_from_dense_copies", "['dense']",
+     "from_dense must hold copies of the dense weights it was given, equal to them"),
     ("paged_kv/test_cache_ops.py::test_copy_blocks_copies_whole_blocks_of_both_caches",
      "['copy']", "copy_blocks' result is made of its input's blocks"),
     ("triton_kernels/test_flash_attention.py::test_single_query", "['args'][2]",
