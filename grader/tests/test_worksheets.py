@@ -12,6 +12,7 @@ import copy
 import dataclasses
 import json
 import sys
+import textwrap
 from pathlib import Path
 
 import jsonschema
@@ -342,3 +343,26 @@ def test_worksheet_without_its_source_is_not_graded_here():
     results = grading.not_graded("ppo", 10, "no source")
     assert [(t.points, t.max_score, t.not_graded_here) for t in results] == [(10, 0, True)]
     assert results[0].feedback.startswith("not graded on this machine")
+
+
+def test_an_autograde_that_raises_names_the_cause_nbgrader_logged(tmp_path):
+    """nbgrader's exception says only "see the above traceback"; the problem reported (after
+    one more try: grader/worksheets/nbworker.py) is the last error it logged since the try
+    began, not an earlier notebook's."""
+    from grader.worksheets.nbworker import _logged_cause
+
+    log = tmp_path / "nbgrader.log"
+    earlier = "[AutogradeApp | ERROR] an earlier notebook's error\n"
+    log.write_text(earlier + textwrap.dedent("""\
+        [AutogradeApp | ERROR] There was an error processing assignment: zero2
+        Traceback (most recent call last):
+          File "nbclient/client.py", line 600, in async_start_new_kernel_client
+            await self._async_wait_for_ready()
+        RuntimeError: Kernel didn't respond in 60 seconds
+        [AutogradeApp | ERROR] Please see the error log for details
+        """))
+    assert _logged_cause(log, len(earlier)) == "RuntimeError: Kernel didn't respond in 60 seconds"
+    log.write_text(earlier)
+    assert _logged_cause(log, 0) == earlier.strip()
+    assert _logged_cause(log, len(earlier)) == ""
+    assert _logged_cause(tmp_path / "none.log", 0) == ""

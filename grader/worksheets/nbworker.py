@@ -15,6 +15,31 @@ from pathlib import Path
 
 from grader.worksheets.nbgrade import NOTEBOOK, nbgrader_meta
 
+# nbgrader raises only where it could not grade — the kernel did not start, or died, or the
+# notebook could not be read; a cell's error or timeout is recorded in the notebook instead. Such
+# a failure was seen once in a CI rehearsal (zero2's release, beside a loaded selfcheck), so an
+# autograde that raises is tried once more before it is a problem; its cause is kept either way.
+AUTOGRADE_RETRIES = 1
+
+
+def _logged_cause(log: Path, offset: int) -> str:
+    """The last error nbgrader logged after `offset` (its exception says only "see the above
+    traceback"): the final line of its last traceback, or its last ERROR line; "" if none."""
+    try:
+        with log.open(encoding="utf-8", errors="replace") as f:
+            f.seek(offset)
+            lines = [line.strip() for line in f.read().splitlines() if line.strip()]
+    except OSError:
+        return ""
+    ends = [i for i, line in enumerate(lines) if line.startswith("Traceback")]
+    if ends:
+        tail = lines[ends[-1] + 1:]
+        cause = next((line for line in reversed(tail) if not line.startswith(("File ", "["))), "")
+        if cause:
+            return cause[:300]
+    errors = [line for line in lines if "ERROR" in line]
+    return errors[-1][:300] if errors else ""
+
 
 def _without_idle_startup() -> None:
     """Cut two start-up costs of nbgrader that grade nothing (together about 5 s of CPU, half
@@ -73,10 +98,19 @@ def _worker(course: Path, result_file: Path, cell_timeout: int) -> int:
     grades = []
     for assignment_id, student in pairs:
         start = time.perf_counter()
-        try:
-            run(Autograde, assignment_id, student)
-        except Exception as exc:  # noqa: BLE001 - nbgrader raises its own types, or plain ones
-            problems.append(((assignment_id, student), f"nbgrader autograde failed: {exc}"))
+        for attempt in range(1 + AUTOGRADE_RETRIES):
+            logged = log.stat().st_size if log.exists() else 0
+            try:
+                run(Autograde, assignment_id, student)
+                failure = ""
+                break
+            except Exception as exc:  # noqa: BLE001 - nbgrader raises its own types, or plain ones
+                failure = f"nbgrader autograde failed: {_logged_cause(log, logged) or exc}"
+            if attempt < AUTOGRADE_RETRIES:
+                print(f"worksheet {assignment_id} ({student}): {failure}; once more",
+                      flush=True)
+        if failure:
+            problems.append(((assignment_id, student), failure))
         graded = course / "autograded" / student / assignment_id / NOTEBOOK
         if not graded.is_file():
             problems.append(((assignment_id, student), "nbgrader wrote no autograded notebook"))
