@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 from grader.compare import assert_close
+from grader.seeds import seeded_generator
 
 ID = "framework"
 
@@ -32,7 +33,8 @@ def rank_count_mm(ctx, a, b):
 @pytest.mark.points(3)
 @pytest.mark.exercises("FlopCounter")
 def test_flop_counter_counts_one_matmul(launch):
-    a, b = torch.randn(8, 16), torch.randn(16, 4)
+    gen = seeded_generator(11)
+    a, b = torch.randn(8, 16, generator=gen), torch.randn(16, 4, generator=gen)
     got = launch(rank_count_mm, world_size=1, args=(a, b)).values[0]
     assert got["flops"] == {"aten.mm": 2 * 8 * 4 * 16}, (
         f"[8, 16] @ [16, 4] is one aten.mm of 2*m*n*k = {2 * 8 * 4 * 16} FLOPs (a multiply-add "
@@ -55,7 +57,8 @@ def rank_forward_backward(ctx, x, w, b):
 @pytest.mark.points(2)
 @pytest.mark.exercises("forward_backward_flops")
 def test_forward_backward_flops_of_a_linear_layer(launch):
-    x, w, b = torch.randn(2, 5, 16), torch.randn(8, 16), torch.randn(8)
+    gen = seeded_generator(12)
+    x, w, b = (torch.randn(*shape, generator=gen) for shape in ((2, 5, 16), (8, 16), (8,)))
     got = launch(rank_forward_backward, world_size=1, args=(x, w, b)).values[0]
     want = {}
     xs = [t.clone().requires_grad_() for t in (x, w, b)]
@@ -91,7 +94,8 @@ def rank_saved(ctx, x, y):
 @pytest.mark.points(3)
 @pytest.mark.exercises("saved_tensor_bytes")
 def test_saved_tensor_bytes_of_exp_and_mul(launch):
-    x, y = torch.randn(16, 8), torch.randn(16, 8)
+    gen = seeded_generator(13)
+    x, y = torch.randn(16, 8, generator=gen), torch.randn(16, 8, generator=gen)
     got = launch(rank_saved, world_size=1, args=(x, y)).values[0]
     one = 16 * 8 * 4
     assert got == [one, 2 * one, one], (
@@ -114,7 +118,9 @@ def rank_checkpoint(ctx, x, w1, w2, g):
 @pytest.mark.points(3)
 @pytest.mark.exercises("checkpoint")
 def test_checkpoint_gives_autograds_gradients(launch):
-    x, w1, w2, g = torch.randn(6, 4), torch.randn(4, 10), torch.randn(10, 3), torch.randn(6, 3)
+    gen = seeded_generator(14)
+    x, w1, w2, g = (torch.randn(*shape, generator=gen)
+                    for shape in ((6, 4), (4, 10), (10, 3), (6, 3)))
     got = launch(rank_checkpoint, world_size=1, args=(x, w1, w2, g)).values[0]
     xs = [t.double().requires_grad_() for t in (x, w1, w2)]
     out = mlp(*xs)
@@ -138,7 +144,9 @@ def rank_swiglu(ctx, gate, up, g):
 @pytest.mark.points(3)
 @pytest.mark.exercises("swiglu")
 def test_swiglu_values_and_gradients(launch):
-    gate, up, g = torch.randn(3, 7) * 2, torch.randn(3, 7), torch.randn(3, 7)
+    gen = seeded_generator(15)
+    gate, up, g = (torch.randn(3, 7, generator=gen) for _ in range(3))
+    gate = gate * 2
     got = launch(rank_swiglu, world_size=1, args=(gate, up, g)).values[0]
     ref_gate, ref_up = gate.double().requires_grad_(), up.double().requires_grad_()
     out = F.silu(ref_gate) * ref_up
@@ -211,7 +219,8 @@ def rank_fuse(ctx, x, y):
 @pytest.mark.points(3)
 @pytest.mark.exercises("fuse_patterns")
 def test_fuse_patterns_rewrites_silu_and_add_relu(launch):
-    x, y = torch.randn(4, 5), torch.randn(4, 5)
+    gen = seeded_generator(16)
+    x, y = torch.randn(4, 5, generator=gen), torch.randn(4, 5, generator=gen)
     got = launch(rank_fuse, world_size=1, args=(x, y)).values[0]
     assert sorted(got["names"]) == ["add_relu", "silu"], (
         f"relu(x * sigmoid(x) + y) should become add_relu(silu(x), y): two nodes, got "
