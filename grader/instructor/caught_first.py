@@ -44,9 +44,7 @@ def save(root: Path, assignment_id: str, caught: dict[str, str], names: list[str
     that exist; a mutant not caught this run loses its entry). Returns whether it changed."""
     path = record_path(root, assignment_id)
     new = {name: caught[name] for name in sorted(names) if caught.get(name)}
-    if new == load(root, assignment_id) and (path.exists() or not new):
-        return False
-    if not path.parent.is_dir():
+    if new == load(root, assignment_id) or not path.parent.is_dir():
         return False
     path.write_text(json.dumps(new, indent=1) + "\n", encoding="utf-8")
     return True

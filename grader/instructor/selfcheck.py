@@ -343,13 +343,14 @@ def _record(job: Job, session: Session, checks: dict[str, Verdict], course: Cour
         name = job.impl.mutant_name
         caught, breaches = judge_mutant(session, name)
         verdict = checks["mutants"]
-        if caught and session.result is not None:
-            runs.caught[name] = next(t.nodeid for t in graded(session.result) if not t.passed)
         if caught:
             verdict.notes.append(caught)
             feedback = checks["feedback"]
-            said = next(t.feedback for t in graded(session.result) if not t.passed) \
-                if session.result is not None else ""
+            catcher = next(t for t in graded(session.result) if not t.passed) \
+                if session.result is not None else None
+            said = catcher.feedback if catcher is not None else ""
+            if catcher is not None:  # the next run starts this mutant with it
+                runs.caught[name] = catcher.nodeid
             wanted = expected_feedback(root / "solutions" / job.assignment / "mutants" /
                                        f"{name}.py")
             feedback.ran = True
