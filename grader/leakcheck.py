@@ -42,6 +42,10 @@ ANSWER_KEYS = frozenset({"expected", "reference", "answer", "answers", "golden",
 
 _lock = threading.Lock()
 _sent: list[tuple[str, str, torch.Tensor]] = []  # (test file, where, unique float64 values)
+# (test file, ids of a launch's args, kwargs, rank_args) -> those objects, held so that the ids
+# stay theirs (the launcher makes a new kwargs dict per launch): a shared launch
+# (harness.cases.Memo) is shown again for every test that reads it, and filed once per file
+_filed: dict[tuple[str, int, int, int], Any] = {}
 _path: str | None = None
 
 
@@ -79,10 +83,16 @@ def _values(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def observe_launch(fn_name: str, args: Any, kwargs: Any, rank_args: Any) -> None:
-    """Record the float tensors a launch of `fn_name` sends (harness launch observer)."""
+    """Record the float tensors a launch of `fn_name` sends (harness launch observer), filed
+    under the test file of the test that made it or, for a shared launch, that reads it."""
+    module = _current_test().split("::")[0]
+    with _lock:
+        key = (module, id(args), id(kwargs), id(rank_args))
+        if key in _filed:
+            return
+        _filed[key] = (args, kwargs, rank_args)
     found = [*_floats(args, "args"), *_floats(kwargs, "kwargs"),
              *_floats(rank_args, "rank_args")]
-    module = _current_test().split("::")[0]
     with _lock:
         for where, tensor in found:
             _sent.append((module, f"{fn_name} {where}", _values(tensor)))
@@ -175,10 +185,10 @@ def install(path: str | None = None) -> bool:
         return _path is not None
     import torch
 
-    from harness import launcher
+    from harness import observers
 
     _path = path
-    launcher.observe_arguments(observe_launch)
+    observers.observe_arguments(observe_launch)
     torch.testing.assert_close = _second(torch.testing.assert_close)
     for name in ("allclose", "equal", "isclose"):
         setattr(torch, name, _second(getattr(torch, name)))

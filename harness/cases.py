@@ -80,7 +80,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from harness import calltrace
+from harness import calltrace, observers
 from harness.errors import (
     ForbiddenCallError,
     LaunchError,
@@ -633,6 +633,7 @@ class Memo:
                  hang_timeout: float | None = None) -> None:
         self._outcomes: dict[Hashable, Any] = {}
         self._ran: dict[Hashable, calltrace.Coverage] = {}
+        self._sent: dict[Hashable, list[Any]] = {}
         self._explain = explain
         del hang_timeout  # ignored: see the class doc
         self.seen_timeout = False
@@ -643,15 +644,18 @@ class Memo:
 
     def get(self, key: Hashable, make: Callable[[], T]) -> T:
         if key not in self._outcomes:
-            with calltrace.collecting() as ran:
+            with calltrace.collecting() as ran, observers.recording_arguments() as sent:
                 try:
                     self._outcomes[key] = make()
                 except AssertionError as exc:
                     self.seen_timeout |= isinstance(exc, RankTimeout)
                     self._outcomes[key] = self._explain(exc) if self._explain else exc
-            self._ran[key] = ran
-        else:  # what the launch ran counts for every test that reuses it (selfcheck's coverage)
+            self._ran[key], self._sent[key] = ran, sent
+        else:  # what the launch ran and was sent count for every test that reuses it
+            # (selfcheck's coverage; the leak check's ledger, which files a launch's arguments
+            # under the test that reads it)
             calltrace.report(self._ran[key])
+            observers.replay_arguments(self._sent[key])
         outcome = self._outcomes[key]
         if isinstance(outcome, AssertionError):
             raise outcome

@@ -33,6 +33,7 @@ from harness import (
     cgroups,
     failures,
     forkserver,
+    observers,
     payload,
     procfs,
     proctree,
@@ -50,6 +51,7 @@ from harness.errors import (
 )
 from harness.forkserver import configure, mp_context, preload
 from harness.impl import ImplSpec, resolve_impl
+from harness.observers import observe_arguments
 from harness.rankmain import RENDEZVOUS_ERROR, RankJob, rank_entry
 from harness.sidecar import (
     SidecarSet,
@@ -124,15 +126,6 @@ class LaunchResult:
             return written
         sent = sum(r.bytes for r in self.comm[rank] if r.op in ("send", "isend"))
         return written - sent
-
-
-_argument_observers: list[Callable[[str, Any, Any, Any], None]] = []
-
-
-def observe_arguments(observer: Callable[[str, Any, Any, Any], None]) -> None:
-    """Call `observer(fn_qualname, args, kwargs, rank_args)` for every launch from now on,
-    before the ranks start (the caller's check that no expected value travels to a rank)."""
-    _argument_observers.append(observer)
 
 
 def resolve_backend(backend: str, world_size: int) -> str:
@@ -248,8 +241,7 @@ def _launch_once(fn: Callable[..., Any], world_size: int = 1, *, args: Sequence[
         raise ValueError(f"timeout must be positive, not {timeout}")
     fn_bytes = forkserver.pickle_rank_function(fn)
     qualname = fn.__qualname__
-    for observer in _argument_observers:
-        observer(qualname, tuple(args), dict(kwargs or {}), rank_args)
+    observers.notify((qualname, tuple(args), dict(kwargs or {}), rank_args))
     spec = impl if isinstance(impl, ImplSpec) else resolve_impl(impl)
     chosen_backend = resolve_backend(backend, world_size)
     if transport == "sidecar":

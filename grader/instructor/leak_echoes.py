@@ -23,6 +23,9 @@ ECHO_CHECKS: tuple[tuple[str, str, str], ...] = (
      "attention over one key returns that key's value row"),
     ("context_parallel/test_blocks.py::test_attention_large_scores", "['attn']['calls'][5][2]",
      "with scores this large each query sees one key: its output is that key's value row"),
+    ("context_parallel/test_zigzag.py::test_zigzag_unsplit_round_trip", "['unsplit']['calls']",
+     "zigzag_unsplit puts the shards it is given back in order: with one rank, its one shard "
+     "holds every value of the result"),
     ("triton_kernels/test_paged_decode.py::test_length_one", "['args'][2]",
      "attention over one cached token returns its value row"),
     ("nd_parallel/test_public.py::test_shard_params_like_megatron", "args[0]",

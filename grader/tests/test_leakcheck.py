@@ -12,6 +12,7 @@ def _ledger(tmp_path, monkeypatch):
     path = tmp_path / "findings.jsonl"
     monkeypatch.setattr(leakcheck, "_path", str(path))
     monkeypatch.setattr(leakcheck, "_sent", [])
+    monkeypatch.setattr(leakcheck, "_filed", {})
     monkeypatch.setenv("PYTEST_CURRENT_TEST", "grader/suites/demo/test_x.py::test_y (call)")
     return path
 
@@ -75,3 +76,30 @@ def test_an_echo_is_recognised_inside_a_multi_implementation_session():
                    echoes)
     assert is_echo("suites/demo/test_x.py::test_y[world_size=2-a]", "['x']", echoes)
     assert not is_echo("suites/demo/test_x.py::test_y[impl=dir2-world_size=4-a]", "['x']", echoes)
+
+
+def test_a_shared_launch_is_filed_under_each_test_file_that_reads_it(tmp_path, monkeypatch):
+    """A launch shared through `harness.cases.Memo` is made once, by whichever test asks first;
+    a test of another file that reads it judges what it sent all the same."""
+    from harness import launcher, observers
+    from harness.cases import Memo
+    from harness.tests import rankfns
+
+    path = _ledger(tmp_path, monkeypatch)
+    monkeypatch.setattr(observers, "_observers", [leakcheck.observe_launch])
+    memo = Memo()
+    x = torch.randn(16, generator=torch.Generator().manual_seed(2))
+
+    def shared() -> object:
+        return memo.get("run", lambda: launcher.launch(rankfns.echo, 1, args=({"x": x},),
+                                                       impl="solutions").values[0])
+
+    shared()  # made by grader/suites/demo/test_x.py::test_y
+    monkeypatch.setenv("PYTEST_CURRENT_TEST", "grader/suites/demo/test_z.py::test_w (call)")
+    shared()  # read by another file's test, which compares with what the launch sent
+    leakcheck.compared(x.clone())
+    found = leakcheck.findings(str(path))
+    assert [f["test"] for f in found] == ["grader/suites/demo/test_z.py::test_w"], found
+    shared()  # read again: filed once per file, so one more comparison finds it once
+    leakcheck.compared(x.clone())
+    assert len(leakcheck.findings(str(path))) == 2
