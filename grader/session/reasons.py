@@ -321,7 +321,9 @@ def _hint_parameters(trees: list[ast.Module]) -> dict[str, tuple[frozenset[int],
 
 
 def _assigned(function: ast.AST) -> dict[str, list[ast.expr]]:
-    """Names a function (with the functions nested in it) binds -> the values bound."""
+    """Names a function (with the functions nested in it) binds -> the values bound. A loop
+    over a literal binds each of its targets to the matching element of each item
+    (`for label, shape in (("a 1-d tensor", (3,)), ...)`: `label` -> "a 1-d tensor")."""
     out: dict[str, list[ast.expr]] = {}
     for node in ast.walk(function):
         pairs: list[tuple[ast.expr, ast.expr]] = []
@@ -330,11 +332,25 @@ def _assigned(function: ast.AST) -> dict[str, list[ast.expr]]:
         elif isinstance(node, (ast.AnnAssign, ast.AugAssign, ast.NamedExpr)) \
                 and node.value is not None:
             pairs = [(node.target, node.value)]
+        elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+            items = node.iter.elts if isinstance(node.iter, (ast.Tuple, ast.List, ast.Set)) \
+                else [node.iter]
+            pairs = [pair for item in items for pair in _unpacked(node.target, item)]
         for target, value in pairs:
             for name in ast.walk(target):
                 if isinstance(name, ast.Name):
                     out.setdefault(name.id, []).append(value)
     return out
+
+
+def _unpacked(target: ast.expr, value: ast.expr) -> list[tuple[ast.expr, ast.expr]]:
+    """(target, value) pairs of an unpacking: element by element where both sides are literal
+    sequences of one length (no starred target), else the whole value to the whole target."""
+    if isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List)) \
+            and len(target.elts) == len(value.elts) \
+            and not any(isinstance(t, ast.Starred) for t in target.elts):
+        return [pair for t, v in zip(target.elts, value.elts) for pair in _unpacked(t, v)]
+    return [(target, value)]
 
 
 def _local_messages(function: ast.AST, names: set[str], data: set[str], message: set[str],

@@ -310,3 +310,25 @@ def test_no_declared_hint_of_a_real_suite_is_blanked(assignment):
             if reasons.HIDDEN in got:
                 blanked.append(f"{path.name}: {got}")
     assert not blanked, blanked[:5]
+
+
+def test_a_label_bound_by_a_loop_over_a_literal_is_a_declared_hint(tmp_path):
+    """`for label, ... in ((...), ...)` binds `label` to each item's text, which a message
+    shows (ring_allreduce's shift cases said "ring_shift of <hidden>"); the loop's other data
+    stays scrubbed."""
+    folder = tmp_path / "suites" / "toy"
+    folder.mkdir(parents=True)
+    (folder / "test_loop.py").write_text(textwrap.dedent('''\
+        def build(world_size):
+            cases = []
+            for label, layout in (("a transposed float64 tensor", "a secret layout name xyz"),
+                                  ("an empty float32 tensor", "another secret layout abc")):
+                cases.append((f"ring_shift of {label}", layout))
+            return cases
+        '''))
+    roots, path = [tmp_path / "suites"], folder / "test_loop.py"
+    for message in ("[rank 3 of 4] ring_shift of a transposed float64 tensor on group [1, 3]",
+                    "ring_shift of an empty float32 tensor: made 2 sends"):
+        assert reasons.failure_reason(AssertionError(message), roots, path)[0] == message
+    leaked = "layout a secret layout name xyz"
+    assert reasons.failure_reason(AssertionError(leaked), roots, path)[0] == "layout <hidden>"
