@@ -850,14 +850,18 @@ def serve(spec: SidecarSpec) -> None:
 
 
 def _server_main() -> None:
-    """`python -I sidecar.py`: read one JSON SidecarSpec per line, fork a sidecar for each,
-    answer its pid. Dies with its parent."""
+    """Read one JSON SidecarSpec per line, fork a sidecar for each, answer its pid. Dies with
+    its parent, whose pid is the first argument (`SidecarServer`)."""
     import ctypes
 
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+    # The signal only comes for a death after the call above: a parent that died while this
+    # process started (importing torch takes seconds) has left it to an adopter already.
+    if len(sys.argv) > 1 and os.getppid() != int(sys.argv[1]):
+        return
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     torch.set_num_threads(1)
     for line in sys.stdin:
@@ -892,7 +896,8 @@ class SidecarServer:
         if os.path.isdir("/sys/class/net/lo"):
             env.setdefault("GLOO_SOCKET_IFNAME", "lo")
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from harness.sidecar import _server_main; _server_main()"],
+            [sys.executable, "-c", "from harness.sidecar import _server_main; _server_main()",
+             str(os.getpid())],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True, cwd=root)
 
     def fork(self, specs: Sequence[SidecarSpec]) -> list[int]:

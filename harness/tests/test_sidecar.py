@@ -437,3 +437,25 @@ def rank_unwaited_send(ctx):
 def test_a_send_left_unwaited_still_arrives_after_its_rank_disconnects():
     result = launch(rank_unwaited_send, 2, backend="gloo", transport="sidecar", timeout=60)
     assert result.values[1].tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_a_sidecar_server_whose_parent_died_while_it_started_ends_at_once():
+    """The server dies with its parent (PR_SET_PDEATHSIG), but the signal only covers a death
+    after the call that asks for it, seconds into its start: a server started for a parent
+    that is already gone (here: a pid that is not its parent) must end rather than wait on
+    its input for ever."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    command = [sys.executable, "-c", "from harness.sidecar import _server_main; _server_main()"]
+    not_the_parent = os.getppid()
+    server = subprocess.Popen([*command, str(not_the_parent)], stdin=subprocess.PIPE,
+                              cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
+    try:
+        assert server.wait(timeout=60) == 0
+    finally:
+        server.kill()
+        server.wait()
