@@ -16,7 +16,7 @@ from grader.instructor.authoring.artefacts import ARTEFACTS, KINDS, artefact
 from grader.instructor.authoring.checks import ERROR, WARN
 from grader.instructor.authoring.doctor import diagnose, errors_of, run_doctor
 from grader.instructor.authoring.notebooks import stale_release
-from grader.instructor.mutate.summary import suite_hash, suite_staleness
+from grader.instructor.mutate.summary import provided_hash, suite_hash, suite_staleness
 from grader.manifest import REPO_ROOT, load_manifest
 
 COURSE = load_manifest(REPO_ROOT / "assignments" / "course.toml")
@@ -127,6 +127,28 @@ def test_a_mutation_summary_without_or_with_another_suite_hash_is_a_warning(tmp_
     report = diagnose(assignment, COURSE, root)
     assert [f.level for f in report["mutation summary"]] == [WARN]
     assert ERROR not in {f.level for f in report["mutation summary"]}
+
+
+
+def test_a_mutation_summary_whose_provided_modules_changed_is_a_warning(tmp_path):
+    """Mutants run with the provided modules (framework's `fused_ops`...), so a change to one
+    may change which of them the suites catch. A summary written before they were hashed is
+    not checked against them."""
+    root = copy_assignment("framework", tmp_path)
+    assignment = COURSE.get("framework")
+    assert assignment.provided
+    path = root / "solutions" / "framework" / "mutation_summary.json"
+    data = json.loads(path.read_text())
+    data["suite_sha256"] = suite_hash(assignment, root)
+    data.pop("provided_sha256", None)
+    path.write_text(json.dumps(data))
+    assert suite_staleness(assignment, root) == ""
+    data["provided_sha256"] = provided_hash(assignment, root)
+    path.write_text(json.dumps(data))
+    assert suite_staleness(assignment, root) == ""
+    provided = root / "assignments" / "framework" / f"{assignment.provided[0]}.py"
+    provided.write_text(provided.read_text() + "\n# edited\n", encoding="utf-8")
+    assert "provided modules changed" in suite_staleness(assignment, root)
 
 
 # ---- grader new -------------------------------------------------------------------------------

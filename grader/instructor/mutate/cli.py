@@ -32,6 +32,7 @@ from grader.instructor.mutate.runner import (
     spread,
 )
 from grader.instructor.mutate.summary import (
+    provided_hash,
     source_hash,
     suite_hash,
     summary_path,
@@ -164,4 +165,5 @@ def mutation_run(engine: Engine, assignment: Assignment, generation: Generation,
         solution_sha256=source_hash(assignment, root), wall_s=time.perf_counter() - started,
         skipped=len(to_run) - len(chosen), stale_equivalents=stale,
         suite_sha256=suite_hash(assignment, root),
+        provided_sha256=provided_hash(assignment, root),
     )

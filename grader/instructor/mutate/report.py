@@ -90,6 +90,7 @@ class MutationReport:
     skipped: int = 0  # generated but left out by --limit
     stale_equivalents: tuple[Equivalent, ...] = field(default=())
     suite_sha256: str = ""  # of the suites that graded the run (summary.suite_hash)
+    provided_sha256: str = ""  # of the provided modules it ran with (summary.provided_hash)
 
     @property
     def counts(self) -> Counts:
@@ -106,7 +107,7 @@ class MutationReport:
         counts = self.counts
         return Summary(self.assignment, GENERATOR_VERSION, self.solution_sha256, counts.score,
                        counts.as_dict(), tuple(r.mutant.name for r in self.with_status(
-                           "survived")), self.wall_s, self.suite_sha256)
+                           "survived")), self.wall_s, self.suite_sha256, self.provided_sha256)
 
     def score_line(self) -> str:
         counts = self.counts

@@ -33,6 +33,9 @@ class Summary:
     survivors: tuple[str, ...] = ()
     wall_s: float = 0.0
     suite_sha256: str = ""  # "" in a summary written before suites were hashed
+    # of the provided modules the run graded with (`provided_hash`); "" in a summary written
+    # before they were hashed, which is not checked against them
+    provided_sha256: str = ""
 
     def __post_init__(self) -> None:
         missing = [k for k in COUNT_KEYS if not isinstance(self.counts.get(k), int)]
@@ -50,7 +53,7 @@ class Summary:
             "score": None if self.score is None else round(self.score, 4),
             "counts": {k: self.counts[k] for k in COUNT_KEYS},
             "survivors": list(self.survivors), "wall_s": round(self.wall_s, 1),
-            "suite_sha256": self.suite_sha256,
+            "suite_sha256": self.suite_sha256, "provided_sha256": self.provided_sha256,
         }
 
     @classmethod
@@ -65,6 +68,7 @@ class Summary:
                 survivors=tuple(str(s) for s in data.get("survivors", [])),
                 wall_s=float(data.get("wall_s", 0.0)),
                 suite_sha256=str(data.get("suite_sha256", "")),
+                provided_sha256=str(data.get("provided_sha256", "")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"mutation summary is malformed: {exc!r}") from exc
@@ -104,9 +108,23 @@ def suite_hash(assignment: Assignment, root: Path, suites: Path | None = None) -
     return digest.hexdigest()
 
 
+def provided_hash(assignment: Assignment, root: Path) -> str:
+    """sha256 over the provided modules (`assignments/<id>/<name>.py` for the manifest's
+    `provided`), names and bytes, in order: code every mutant runs with, so a change to it may
+    change which mutants the suites catch."""
+    digest = hashlib.sha256()
+    for module in assignment.provided:
+        path = root / "assignments" / assignment.id / f"{module}.py"
+        digest.update(f"{module}.py\0".encode())
+        digest.update(path.read_bytes() if path.is_file() else b"<missing>")
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
 def suite_staleness(assignment: Assignment, root: Path) -> str:
-    """Why the committed score may no longer describe the suites ("" when it does, or when
-    there is no summary): a warning, since the score only moves when a rerun says so."""
+    """Why the committed score may no longer describe the suites or the provided modules they
+    grade with ("" when it does, or when there is no summary): a warning, since the score only
+    moves when a rerun says so."""
     summary = load_summary(assignment.id, root)
     if summary is None:
         return ""
@@ -115,6 +133,8 @@ def suite_staleness(assignment: Assignment, root: Path) -> str:
         return f"stale: the summary records no suite hash; {rerun}"
     if summary.suite_sha256 != suite_hash(assignment, root):
         return f"stale: the suites changed since the mutation run; {rerun}"
+    if summary.provided_sha256 and summary.provided_sha256 != provided_hash(assignment, root):
+        return f"stale: the provided modules changed since the mutation run; {rerun}"
     return ""
 
 
