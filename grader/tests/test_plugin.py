@@ -77,7 +77,7 @@ def test_results_carry_points_outcomes_and_short_reasons(tmp_path, workers):
     assert failed["outcome"] == "failed"
     assert failed["reason"] == "[rank 0 of 1] chunk 1 differs by 3e-2; did you average twice?"
     for name in ("test_stub", "test_uses_failing_fixture"):
-        assert tests[name]["outcome"] == "failed" and tests[name]["not_implemented"]
+        assert tests[name]["outcome"] == "failed" and tests[name]["not_implemented"], tests[name]
         assert tests[name]["reason"].startswith("not implemented yet: ring_all_reduce")
     gpu = tests["test_needs_gpu"]
     import torch
