@@ -78,15 +78,20 @@ def summary_path(assignment_id: str, root: Path) -> Path:
     return root / "solutions" / assignment_id / FILE_NAME
 
 
-def source_hash(assignment: Assignment, root: Path) -> str:
-    """sha256 over the solution modules the manifest lists, names and bytes, in order."""
+def _modules_hash(folder: Path, modules: tuple[str, ...]) -> str:
+    """sha256 over `folder/<module>.py` for each module, names and bytes, in order."""
     digest = hashlib.sha256()
-    for module in assignment.modules:
-        path = root / "solutions" / assignment.id / f"{module}.py"
+    for module in modules:
+        path = folder / f"{module}.py"
         digest.update(f"{module}.py\0".encode())
         digest.update(path.read_bytes() if path.is_file() else b"<missing>")
         digest.update(b"\0")
     return digest.hexdigest()
+
+
+def source_hash(assignment: Assignment, root: Path) -> str:
+    """sha256 over the solution modules the manifest lists, names and bytes, in order."""
+    return _modules_hash(root / "solutions" / assignment.id, assignment.modules)
 
 
 def suite_hash(assignment: Assignment, root: Path, suites: Path | None = None) -> str:
@@ -112,13 +117,7 @@ def provided_hash(assignment: Assignment, root: Path) -> str:
     """sha256 over the provided modules (`assignments/<id>/<name>.py` for the manifest's
     `provided`), names and bytes, in order: code every mutant runs with, so a change to it may
     change which mutants the suites catch."""
-    digest = hashlib.sha256()
-    for module in assignment.provided:
-        path = root / "assignments" / assignment.id / f"{module}.py"
-        digest.update(f"{module}.py\0".encode())
-        digest.update(path.read_bytes() if path.is_file() else b"<missing>")
-        digest.update(b"\0")
-    return digest.hexdigest()
+    return _modules_hash(root / "assignments" / assignment.id, assignment.provided)
 
 
 def suite_staleness(assignment: Assignment, root: Path) -> str:
